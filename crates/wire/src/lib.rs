@@ -1,0 +1,8 @@
+//! Sans-IO codecs: bytes in, typed values or typed errors out.
+//!
+//! Nothing here touches a socket, spawns a task or reads a clock, so every
+//! parser can be driven byte by byte in tests and fuzzed.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod sni;
