@@ -5,4 +5,6 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod altsvc;
+pub mod proxy;
 pub mod sni;

@@ -1,1 +1,1 @@
-//! placeholder
+//! TLS ClientHello parsing: finds the SNI without terminating TLS.

@@ -1,0 +1,1 @@
+//! Alt-Svc (RFC 7838) header values: parsing and rendering.

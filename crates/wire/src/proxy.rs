@@ -1,0 +1,1 @@
+//! PROXY protocol v1 and v2 headers: parsing and rendering.
