@@ -1,1 +1,21 @@
-//! placeholder
+//! What every apiway role shares.
+//!
+//! Endpoint sets with health (active probes and passive ejection), selection
+//! policies, dialing with failover, the admin server, metrics, config reload
+//! and graceful drain. The gateway, the agent and the client library compose
+//! these pieces; none re-implements them.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod dial;
+pub mod drain;
+pub mod duration;
+pub mod endpoint;
+pub mod health;
+pub mod listener;
+pub mod metrics;
+pub mod reload;
+pub mod tls;
+
+pub use apiway_relay as relay;

@@ -1,0 +1,172 @@
+//! `apiway demo`: a whole topology on loopback, narrated.
+//!
+//! Two clusters of stand-in API servers (A with two replicas, B with one
+//! that requires a client certificate) behind one gateway listener that
+//! routes by SNI without terminating TLS. It sends requests, shows which
+//! backend answered, stops one backend, shows the health check ejecting it
+//! and traffic carrying on, then exits.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use apiway_gateway::Gateway;
+use apiway_test_support::{https_get, Ca, StandinConfig, StandinServer};
+
+const A: &str = "api.a.example.com";
+const B: &str = "api.b.example.com";
+
+pub async fn run() -> Result<()> {
+    let loopback = "127.0.0.1:0".parse()?;
+    let ca = Ca::new("apiway demo CA")?;
+    let cert_a = ca.issue_server(&[A, "kubernetes.default"], &[])?;
+    let cert_b = ca.issue_server(&[B, "kubernetes.default"], &[])?;
+    let client = ca.issue_client("demo-admin", &["system:masters"])?;
+
+    let a1 = StandinServer::start(StandinConfig::new("cluster-a/apiserver-1", loopback, cert_a.clone())).await?;
+    let a2 = StandinServer::start(StandinConfig::new("cluster-a/apiserver-2", loopback, cert_a)).await?;
+    let b1 = StandinServer::start(
+        StandinConfig::new("cluster-b/apiserver-1", loopback, cert_b).with_client_ca(&ca),
+    )
+    .await?;
+    println!("stand-in API servers (real TLS, HTTP/1.1 + HTTP/2):");
+    for s in [&a1, &a2, &b1] {
+        println!("  {:<24} {}", s.name(), s.addr());
+    }
+
+    let config = format!(
+        r#"admin:
+  address: 127.0.0.1:0
+listeners:
+  - name: public
+    address: 127.0.0.1:0
+    kind: tls
+routes:
+  - name: cluster-a
+    hostnames: ["{A}", "*.a.internal.example.com"]
+    backends:
+      - address: {a1}
+      - address: {a2}
+    health_check: {{ kind: https, path: /readyz, interval: 300ms }}
+  - name: cluster-b
+    hostnames: ["{B}"]
+    backends:
+      - address: {b1}
+    health_check: {{ kind: tcp, interval: 300ms }}
+default_route: reject
+drain: {{ delay: 0s, grace_period: 1s }}
+"#,
+        a1 = a1.addr(),
+        a2 = a2.addr(),
+        b1 = b1.addr()
+    );
+    println!("\ngateway config:\n{}", indent(&config));
+    let snapshot = apiway_gateway::config::parse(&config).map_err(anyhow::Error::msg)?;
+    let gateway = Gateway::start(snapshot).await?;
+    let admin = gateway.serve_admin("127.0.0.1:0".parse()?).await?;
+    let gw = gateway
+        .listener_addr("public")
+        .context("the public listener did not start")?;
+    println!("gateway listening on {gw}, admin on http://{admin}/metrics\n");
+
+    println!("1. requests routed by SNI (the gateway never decrypts):");
+    for (i, http2) in [false, true, false, true].into_iter().enumerate() {
+        let r = https_get(gw, A, "/api", &ca, None, http2).await?;
+        println!(
+            "   #{} SNI {A:<20} {} -> {} answered {}",
+            i + 1,
+            if http2 { "HTTP/2  " } else { "HTTP/1.1" },
+            r.standin().unwrap_or("?"),
+            r.status
+        );
+    }
+    let r = https_get(gw, B, "/api", &ca, Some(&client), true).await?;
+    let cn = r.json().ok().and_then(|j| j["client_cn"].as_str().map(str::to_owned));
+    println!(
+        "   #5 SNI {B:<20} HTTP/2   -> {} answered {}; it saw client certificate CN={}",
+        r.standin().unwrap_or("?"),
+        r.status,
+        cn.as_deref().unwrap_or("none")
+    );
+    match https_get(gw, "api.unknown.example.com", "/api", &ca, None, false).await {
+        Ok(r) => bail!("an unknown SNI was routed (answered {})", r.status),
+        Err(e) => println!("   #6 SNI api.unknown.example.com     -> refused: {}", root_cause(&e)),
+    }
+
+    println!("\n2. stopping {} (its port closes, like a crashed API server)", a1.name());
+    let stopped_name = a1.name().to_string();
+    let stopped_addr = a1.addr().to_string();
+    let stopped_at = Instant::now();
+    a1.shutdown().await;
+    let set = gateway
+        .endpoint_set("cluster-a")
+        .context("route cluster-a is missing")?;
+    let mut failed = 0;
+    let mut answered = Vec::new();
+    loop {
+        match https_get(gw, A, "/api", &ca, None, false).await {
+            Ok(r) => answered.push(r.standin().unwrap_or("?").to_string()),
+            Err(_) => failed += 1,
+        }
+        let members = set.members();
+        let down = members
+            .endpoints
+            .iter()
+            .find(|e| e.name() == stopped_addr)
+            .is_some_and(|e| !e.is_available());
+        if down {
+            break;
+        }
+        if stopped_at.elapsed() > Duration::from_secs(10) {
+            bail!("the health check did not eject {stopped_name} within 10s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "   ejected {stopped_name} after {:?}; {} requests meanwhile, {} failed",
+        stopped_at.elapsed(),
+        answered.len() + failed,
+        failed
+    );
+    for i in 0..4 {
+        let r = https_get(gw, A, "/api", &ca, None, i % 2 == 1).await?;
+        println!("   SNI {A} -> {} answered {}", r.standin().unwrap_or("?"), r.status);
+        if r.standin() == Some(stopped_name.as_str()) {
+            bail!("a stopped backend answered");
+        }
+    }
+
+    println!("\n3. metrics (http://{admin}/metrics):");
+    let metrics = fetch_metrics(admin).await?;
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("apiway_backend_healthy")
+            || l.starts_with("apiway_route_connections_total")
+            || l.starts_with("apiway_listener_no_route_total")
+    }) {
+        println!("   {line}");
+    }
+    if failed > 0 {
+        bail!("{failed} requests failed while a backend was down");
+    }
+    gateway.shutdown(std::future::ready(())).await;
+    drop((a2, b1));
+    println!("\ndemo finished: no request failed while a backend went down.");
+    Ok(())
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+fn root_cause(e: &anyhow::Error) -> String {
+    e.root_cause().to_string()
+}
+
+async fn fetch_metrics(admin: std::net::SocketAddr) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}

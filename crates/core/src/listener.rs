@@ -1,0 +1,148 @@
+//! Listening sockets with a connection limit, shared by every role.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use crate::drain::Drain;
+
+/// Binds a TCP listener with `SO_REUSEADDR` and a deep backlog; the error
+/// names the address and the likely fix.
+pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let inner = || -> std::io::Result<TcpListener> {
+        let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        socket.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        socket.listen(4096)?;
+        TcpListener::from_std(socket.into())
+    };
+    inner().map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => " (another process listens there; pick another address or stop it)",
+            std::io::ErrorKind::AddrNotAvailable => " (no local interface has this address)",
+            std::io::ErrorKind::PermissionDenied => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+            _ => "",
+        };
+        anyhow::anyhow!("cannot listen on {addr}: {e}{hint}")
+    })
+}
+
+/// Counts open connections against a maximum.
+#[derive(Debug)]
+pub struct Slots {
+    open: AtomicUsize,
+    max: AtomicUsize,
+}
+
+impl Slots {
+    /// Slots for at most `max` connections.
+    pub fn new(max: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            open: AtomicUsize::new(0),
+            max: AtomicUsize::new(max),
+        })
+    }
+
+    /// Changes the maximum (a reload); open connections are kept.
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
+    }
+
+    /// Open connections.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Takes a slot, or `None` when the maximum is reached.
+    pub fn try_take(self: &Arc<Self>) -> Option<Slot> {
+        let max = self.max.load(Ordering::Relaxed);
+        self.open
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .ok()
+            .map(|_| Slot { slots: self.clone() })
+    }
+}
+
+/// One taken slot; released on drop.
+#[derive(Debug)]
+pub struct Slot {
+    slots: Arc<Slots>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Accepts until `stop` (or the drain's stop-accepting signal) fires. Each
+/// accepted connection that gets a slot runs `handle` as a drained task;
+/// over the limit it is closed at once and `on_rejected` is called.
+pub async fn accept_loop<H, F>(
+    listener: TcpListener,
+    slots: Arc<Slots>,
+    drain: Drain,
+    stop: CancellationToken,
+    on_rejected: impl Fn(SocketAddr),
+    handle: H,
+) where
+    H: Fn(TcpStream, SocketAddr, Slot) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = drain.stop_accepting().cancelled() => return,
+            r = listener.accept() => r,
+        };
+        match accepted {
+            Ok((stream, peer)) => match slots.try_take() {
+                Some(slot) => drain.spawn(handle(stream, peer, slot)),
+                None => {
+                    on_rejected(peer);
+                    drop(stream);
+                }
+            },
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_enforce_the_maximum() {
+        let slots = Slots::new(2);
+        let a = slots.try_take().unwrap();
+        let _b = slots.try_take().unwrap();
+        assert!(slots.try_take().is_none());
+        drop(a);
+        assert!(slots.try_take().is_some());
+        slots.set_max(0);
+        assert!(slots.try_take().is_none());
+    }
+
+    #[tokio::test]
+    async fn bind_errors_name_the_address() {
+        let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let err = bind(addr).unwrap_err().to_string();
+        assert!(err.contains(&addr.to_string()) && err.contains("another process"), "{err}");
+    }
+}

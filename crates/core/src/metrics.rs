@@ -1,0 +1,192 @@
+//! Metric families shared by every role, and the registry they live in.
+//!
+//! Families are registered once at start-up; per-endpoint handles are looked
+//! up once when an endpoint is created and kept, so the data path only bumps
+//! atomics.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of a backend of a route (gateway) or an endpoint of an upstream (agent).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabels {
+    /// The route or upstream the backend belongs to.
+    pub route: String,
+    /// The backend as configured (`host:port`).
+    pub backend: String,
+}
+
+/// Labels of a byte counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BytesLabels {
+    /// The route or upstream.
+    pub route: String,
+    /// The backend as configured.
+    pub backend: String,
+    /// `to_backend` or `to_client`.
+    pub direction: &'static str,
+}
+
+/// Metric families describing backends.
+#[derive(Clone, Default)]
+pub struct BackendMetrics {
+    /// Connections currently relayed to the backend.
+    pub active: Family<BackendLabels, Gauge>,
+    /// Connections ever relayed to the backend.
+    pub connections: Family<BackendLabels, Counter>,
+    /// Failed connection attempts (refused, timed out, unreachable).
+    pub connect_failures: Family<BackendLabels, Counter>,
+    /// 1 when the backend takes new connections, 0 when it is down or ejected.
+    pub healthy: Family<BackendLabels, Gauge>,
+    /// Bytes relayed, by direction.
+    pub bytes: Family<BytesLabels, Counter>,
+    /// Active health checks, by result.
+    pub health_checks: Family<HealthCheckLabels, Counter>,
+}
+
+/// Labels of a health check result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HealthCheckLabels {
+    /// The route or upstream.
+    pub route: String,
+    /// The backend as configured.
+    pub backend: String,
+    /// `ok` or `failed`.
+    pub result: &'static str,
+}
+
+impl BackendMetrics {
+    /// Registers the families under `registry`.
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "backend_active_connections",
+            "Connections currently relayed to the backend",
+            self.active.clone(),
+        );
+        registry.register(
+            "backend_connections",
+            "Connections relayed to the backend",
+            self.connections.clone(),
+        );
+        registry.register(
+            "backend_connect_failures",
+            "Failed connection attempts to the backend",
+            self.connect_failures.clone(),
+        );
+        registry.register(
+            "backend_healthy",
+            "1 when the backend takes new connections, 0 when down or ejected",
+            self.healthy.clone(),
+        );
+        registry.register(
+            "backend_bytes",
+            "Bytes relayed between clients and the backend",
+            self.bytes.clone(),
+        );
+        registry.register(
+            "backend_health_checks",
+            "Active health checks of the backend, by result",
+            self.health_checks.clone(),
+        );
+    }
+
+    /// The handles of one backend, looked up once.
+    pub fn handles(&self, route: &str, backend: &str) -> BackendHandles {
+        let labels = BackendLabels {
+            route: route.to_owned(),
+            backend: backend.to_owned(),
+        };
+        let bytes = |direction| BytesLabels {
+            route: route.to_owned(),
+            backend: backend.to_owned(),
+            direction,
+        };
+        let check = |result| HealthCheckLabels {
+            route: route.to_owned(),
+            backend: backend.to_owned(),
+            result,
+        };
+        BackendHandles {
+            active: self.active.get_or_create_owned(&labels),
+            connections: self.connections.get_or_create_owned(&labels),
+            connect_failures: self.connect_failures.get_or_create_owned(&labels),
+            healthy: self.healthy.get_or_create_owned(&labels),
+            to_backend: self.bytes.get_or_create_owned(&bytes("to_backend")),
+            to_client: self.bytes.get_or_create_owned(&bytes("to_client")),
+            checks_ok: self.health_checks.get_or_create_owned(&check("ok")),
+            checks_failed: self.health_checks.get_or_create_owned(&check("failed")),
+        }
+    }
+
+    /// Drops the series of a backend that no longer exists.
+    pub fn forget(&self, route: &str, backend: &str) {
+        let labels = BackendLabels {
+            route: route.to_owned(),
+            backend: backend.to_owned(),
+        };
+        self.active.remove(&labels);
+        self.connections.remove(&labels);
+        self.connect_failures.remove(&labels);
+        self.healthy.remove(&labels);
+        for direction in ["to_backend", "to_client"] {
+            self.bytes.remove(&BytesLabels {
+                route: route.to_owned(),
+                backend: backend.to_owned(),
+                direction,
+            });
+        }
+        for result in ["ok", "failed"] {
+            self.health_checks.remove(&HealthCheckLabels {
+                route: route.to_owned(),
+                backend: backend.to_owned(),
+                result,
+            });
+        }
+    }
+}
+
+/// The metric handles of one backend.
+#[derive(Clone, Default, Debug)]
+pub struct BackendHandles {
+    /// See [`BackendMetrics::active`].
+    pub active: Gauge,
+    /// See [`BackendMetrics::connections`].
+    pub connections: Counter,
+    /// See [`BackendMetrics::connect_failures`].
+    pub connect_failures: Counter,
+    /// See [`BackendMetrics::healthy`].
+    pub healthy: Gauge,
+    /// Bytes from clients to the backend.
+    pub to_backend: Counter<u64, AtomicU64>,
+    /// Bytes from the backend to clients.
+    pub to_client: Counter<u64, AtomicU64>,
+    /// Health checks that passed.
+    pub checks_ok: Counter,
+    /// Health checks that failed.
+    pub checks_failed: Counter,
+}
+
+impl apiway_relay::Observer for BackendHandles {
+    fn on_bytes(&self, dir: apiway_relay::Direction, n: u64) {
+        match dir {
+            apiway_relay::Direction::ClientToBackend => self.to_backend.inc_by(n),
+            apiway_relay::Direction::BackendToClient => self.to_client.inc_by(n),
+        };
+    }
+}
+
+/// Renders the registry in the Prometheus/OpenMetrics text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail; an encoding error would be a bug in
+    // a metric's label encoder, and a partial page is better than none.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, registry) {
+        tracing::error!(error = %e, "encoding metrics failed");
+    }
+    out
+}

@@ -1,0 +1,424 @@
+//! The gateway's YAML configuration, and its validation into a [`Snapshot`].
+//!
+//! Parsing and validation happen before anything changes; a file that fails
+//! here never replaces a running configuration.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use apiway_core::drain::DrainTiming;
+use apiway_core::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
+use apiway_core::health::HealthCheckConfig;
+use apiway_core::relay::{RelayConfig, RelayMode};
+use serde::Deserialize;
+
+use crate::router::{HostPattern, SniRouter};
+
+/// The configuration file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The admin endpoint.
+    #[serde(default)]
+    pub admin: Option<AdminConfig>,
+    /// Listening sockets.
+    pub listeners: Vec<ListenerConfig>,
+    /// Routes to backends.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+    /// Where connections with no SNI or no matching route go: `reject`
+    /// (TLS `unrecognized_name` alert and close, the default) or a route name.
+    #[serde(default)]
+    pub default_route: Option<String>,
+    /// Graceful shutdown timing.
+    #[serde(default)]
+    pub drain: Option<DrainConfig>,
+    /// How often the file is checked for changes (default 1s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub reload_interval: Option<Duration>,
+}
+
+/// `admin:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `ip:port` serving /healthz /livez /readyz /metrics.
+    pub address: String,
+}
+
+/// `drain:`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainConfig {
+    /// Keep accepting this long after SIGTERM (default 5s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub delay: Option<Duration>,
+    /// Then wait this long for connections to finish (default 30s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub grace_period: Option<Duration>,
+}
+
+/// What a listener does with connections.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListenerKind {
+    /// TLS passthrough routed by SNI.
+    Tls,
+}
+
+/// `listeners[]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerConfig {
+    /// Unique name (metrics label).
+    pub name: String,
+    /// `ip:port` to listen on.
+    pub address: String,
+    /// `tls`.
+    pub kind: ListenerKind,
+    /// Open connections allowed; more are closed at once (default 10000).
+    #[serde(default)]
+    pub max_connections: Option<usize>,
+    /// Time a client has to send its whole ClientHello (default 10s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub client_hello_timeout: Option<Duration>,
+    /// Largest ClientHello accepted, in bytes (default 16384).
+    #[serde(default)]
+    pub max_client_hello_bytes: Option<usize>,
+}
+
+/// `routes[]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Unique name (metrics label, `default_route` target).
+    pub name: String,
+    /// Exact names and `*.suffix` wildcards matched against the SNI.
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    /// Backends (API servers).
+    pub backends: Vec<BackendConfig>,
+    /// Active health check.
+    #[serde(default)]
+    pub health_check: Option<HealthCheckConfig>,
+    /// `least_connections` (default) or `round_robin`.
+    #[serde(default)]
+    pub policy: Policy,
+    /// Time a backend connect may take before the next backend is tried (default 2s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub connect_timeout: Option<Duration>,
+    /// Close connections with no traffic either way for this long (default: never).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub idle_timeout: Option<Duration>,
+    /// First ejection after a failed connect; doubles per failure (default 1s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub ejection_base: Option<Duration>,
+    /// Longest ejection (default 30s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub ejection_max: Option<Duration>,
+}
+
+/// `routes[].backends[]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// `host:port`; DNS names are re-resolved.
+    pub address: String,
+}
+
+/// A validated listener.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ListenerSpec {
+    /// Name.
+    pub name: String,
+    /// Address.
+    pub address: SocketAddr,
+    /// Kind.
+    pub kind: ListenerKind,
+    /// Connection limit.
+    pub max_connections: usize,
+    /// ClientHello timeout.
+    pub client_hello_timeout: Duration,
+    /// ClientHello size limit.
+    pub max_client_hello_bytes: usize,
+}
+
+/// A validated route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteSpec {
+    /// Name.
+    pub name: String,
+    /// Backends and their health.
+    pub endpoints: EndpointSetSpec,
+    /// Per-backend connect timeout.
+    pub connect_timeout: Duration,
+    /// Relay settings.
+    pub relay: RelayConfig,
+}
+
+/// A validated configuration, ready to apply.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Admin address.
+    pub admin: Option<SocketAddr>,
+    /// Listeners.
+    pub listeners: Vec<ListenerSpec>,
+    /// Routes, indexed by the router.
+    pub routes: Vec<RouteSpec>,
+    /// SNI to route index.
+    pub router: SniRouter,
+    /// Route index for no SNI / no match; `None` rejects.
+    pub default_route: Option<usize>,
+    /// Shutdown timing.
+    pub drain: DrainTiming,
+    /// Reload poll interval.
+    pub reload_interval: Duration,
+}
+
+/// Parses and validates a configuration file's text. The error is one line
+/// naming the problem and where it is.
+pub fn parse(text: &str) -> Result<Snapshot, String> {
+    let file: ConfigFile =
+        serde_saphyr::from_str(text).map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+    validate(file)
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn socket_addr(field: &str, text: &str) -> Result<SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!("{field}: `{text}` is not an ip:port address (write 127.0.0.1:8443 or [::1]:8443)")
+    })
+}
+
+/// Validates a parsed file.
+pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
+    let admin = file
+        .admin
+        .as_ref()
+        .map(|a| socket_addr("admin.address", &a.address))
+        .transpose()?;
+
+    if file.listeners.is_empty() {
+        return Err("listeners: at least one listener is needed".into());
+    }
+    let mut listeners = Vec::with_capacity(file.listeners.len());
+    let mut names = HashSet::new();
+    let mut addrs = HashMap::new();
+    for (i, l) in file.listeners.iter().enumerate() {
+        let at = format!("listeners[{i}] ({})", l.name);
+        if l.name.is_empty() {
+            return Err(format!("listeners[{i}]: name must not be empty"));
+        }
+        if !names.insert(l.name.as_str()) {
+            return Err(format!("{at}: the name is used by another listener"));
+        }
+        let address = socket_addr(&format!("{at}.address"), &l.address)?;
+        if let Some(other) = addrs.insert(address, l.name.as_str()) {
+            return Err(format!("{at}.address: {address} is also used by listener {other}"));
+        }
+        let max_connections = l.max_connections.unwrap_or(10_000);
+        if max_connections == 0 {
+            return Err(format!("{at}.max_connections must be at least 1"));
+        }
+        let max_client_hello_bytes = l
+            .max_client_hello_bytes
+            .unwrap_or(apiway_wire::sni::DEFAULT_MAX_HELLO_LEN);
+        if !(512..=1 << 20).contains(&max_client_hello_bytes) {
+            return Err(format!(
+                "{at}.max_client_hello_bytes must be between 512 and 1048576"
+            ));
+        }
+        listeners.push(ListenerSpec {
+            name: l.name.clone(),
+            address,
+            kind: l.kind,
+            max_connections,
+            client_hello_timeout: l.client_hello_timeout.unwrap_or(Duration::from_secs(10)),
+            max_client_hello_bytes,
+        });
+    }
+
+    let mut routes = Vec::with_capacity(file.routes.len());
+    let mut router = SniRouter::default();
+    let mut route_index = HashMap::with_capacity(file.routes.len());
+    for (i, r) in file.routes.iter().enumerate() {
+        let at = format!("routes[{i}] ({})", r.name);
+        if r.name.is_empty() {
+            return Err(format!("routes[{i}]: name must not be empty"));
+        }
+        if r.name == "reject" {
+            return Err(format!("{at}: `reject` is reserved for default_route"));
+        }
+        if route_index.insert(r.name.as_str(), i).is_some() {
+            return Err(format!("{at}: the name is used by another route"));
+        }
+        for (j, h) in r.hostnames.iter().enumerate() {
+            let pattern = HostPattern::parse(h).map_err(|e| format!("{at}.hostnames[{j}]: {e}"))?;
+            if let Err(other) = router.insert(pattern, i) {
+                return Err(format!(
+                    "{at}.hostnames[{j}]: `{h}` is already routed to {}",
+                    file.routes[other].name
+                ));
+            }
+        }
+        if r.backends.is_empty() {
+            return Err(format!("{at}.backends: at least one backend is needed"));
+        }
+        let mut endpoints = Vec::with_capacity(r.backends.len());
+        for (j, b) in r.backends.iter().enumerate() {
+            let a = Address::parse(&b.address).map_err(|e| format!("{at}.backends[{j}].address: {e}"))?;
+            if endpoints.contains(&a) {
+                return Err(format!("{at}.backends[{j}]: {} is listed twice", b.address));
+            }
+            endpoints.push(a);
+        }
+        let health_check = r
+            .health_check
+            .as_ref()
+            .map(|h| h.validate().map_err(|e| format!("{at}.{e}")))
+            .transpose()?;
+        if let Some(ca) = health_check.as_ref().and_then(|h| match &h.probe {
+            apiway_core::health::Probe::Https { tls, .. } => tls.ca_file.clone(),
+            apiway_core::health::Probe::Tcp => None,
+        }) {
+            apiway_core::tls::load_certs(&ca).map_err(|e| format!("{at}.health_check.ca_file: {e}"))?;
+        }
+        let ejection = Ejection {
+            base: r.ejection_base.unwrap_or(Ejection::default().base),
+            max: r.ejection_max.unwrap_or(Ejection::default().max),
+        };
+        if ejection.base.is_zero() || ejection.max < ejection.base {
+            return Err(format!("{at}: ejection_base must be > 0 and ejection_max >= ejection_base"));
+        }
+        let connect_timeout = r.connect_timeout.unwrap_or(Duration::from_secs(2));
+        if connect_timeout.is_zero() {
+            return Err(format!("{at}.connect_timeout must be more than 0"));
+        }
+        if r.idle_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(format!("{at}.idle_timeout must be more than 0 (leave it out for none)"));
+        }
+        routes.push(RouteSpec {
+            name: r.name.clone(),
+            endpoints: EndpointSetSpec {
+                endpoints,
+                policy: r.policy,
+                health_check,
+                ejection,
+            },
+            connect_timeout,
+            relay: RelayConfig {
+                idle_timeout: r.idle_timeout,
+                mode: RelayMode::Auto,
+                ..RelayConfig::default()
+            },
+        });
+    }
+
+    let default_route = match file.default_route.as_deref() {
+        None | Some("reject") => None,
+        Some(name) => Some(*route_index.get(name).ok_or_else(|| {
+            format!("default_route: no route is named `{name}` (use `reject` or a route's name)")
+        })?),
+    };
+
+    let drain = DrainTiming {
+        drain_delay: file
+            .drain
+            .as_ref()
+            .and_then(|d| d.delay)
+            .unwrap_or(DrainTiming::default().drain_delay),
+        grace_period: file
+            .drain
+            .as_ref()
+            .and_then(|d| d.grace_period)
+            .unwrap_or(DrainTiming::default().grace_period),
+    };
+    let reload_interval = file.reload_interval.unwrap_or(Duration::from_secs(1));
+    if reload_interval < Duration::from_millis(100) {
+        return Err("reload_interval must be at least 100ms".into());
+    }
+
+    Ok(Snapshot {
+        admin,
+        listeners,
+        routes,
+        router,
+        default_route,
+        drain,
+        reload_interval,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+admin:
+  address: 127.0.0.1:9901        # /healthz /livez /readyz /metrics
+listeners:
+  - name: public
+    address: 127.0.0.1:8443
+    kind: tls                     # route by SNI, TLS passthrough
+routes:
+  - name: cluster-a
+    hostnames: ["api.a.example.com", "*.a.internal.example.com"]
+    backends:
+      - address: 127.0.0.1:7001
+      - address: localhost:7002     # DNS names allowed, re-resolved
+    health_check: { kind: https, path: /readyz, interval: 1s }  # or kind: tcp
+default_route: reject             # or the name of a route
+"#;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let s = parse(EXAMPLE).unwrap();
+        assert_eq!(s.admin, Some("127.0.0.1:9901".parse().unwrap()));
+        assert_eq!(s.listeners[0].address, "127.0.0.1:8443".parse().unwrap());
+        assert_eq!(s.listeners[0].client_hello_timeout, Duration::from_secs(10));
+        assert_eq!(s.routes[0].endpoints.endpoints.len(), 2);
+        let hc = s.routes[0].endpoints.health_check.as_ref().unwrap();
+        assert_eq!(hc.interval, Duration::from_secs(1));
+        assert_eq!(s.router.lookup("API.A.example.com."), Some(0));
+        assert_eq!(s.router.lookup("x.a.internal.example.com"), Some(0));
+        assert_eq!(s.default_route, None);
+    }
+
+    fn err(text: &str) -> String {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let base = "listeners: [{name: l, address: 127.0.0.1:1, kind: tls}]\n";
+        assert!(err("listeners: [").starts_with("invalid YAML"));
+        assert!(err("listeners: []").contains("at least one listener"));
+        assert!(err("listeners: [{name: l, address: nowhere, kind: tls}]")
+            .contains("listeners[0] (l).address: `nowhere` is not an ip:port"));
+        assert!(err("listeners: [{name: l, address: 127.0.0.1:1, kind: udp}]").starts_with("invalid YAML"));
+        assert!(err(&format!("{base}bogus: 1")).starts_with("invalid YAML"));
+        assert!(err(&format!("{base}default_route: nope"))
+            .contains("default_route: no route is named `nope`"));
+        let r = |extra: &str| {
+            format!("{base}routes:\n  - name: a\n    hostnames: [a.example.com]\n    backends: [{{address: 127.0.0.1:7}}]\n{extra}")
+        };
+        assert!(parse(&r("")).is_ok());
+        assert!(err(&r("  - name: b\n    hostnames: [A.example.com]\n    backends: [{address: 127.0.0.1:8}]\n"))
+            .contains("routes[1] (b).hostnames[0]: `A.example.com` is already routed to a"));
+        assert!(err(&r("  - name: a\n    backends: [{address: 127.0.0.1:8}]\n"))
+            .contains("routes[1] (a): the name is used by another route"));
+        assert!(err(&r("  - name: c\n    hostnames: ['a*.x']\n    backends: [{address: 127.0.0.1:8}]\n"))
+            .contains("routes[1] (c).hostnames[0]"));
+        assert!(err(&r("  - name: c\n    backends: [{address: 'nohost'}]\n"))
+            .contains("routes[1] (c).backends[0].address: `nohost` has no port"));
+        assert!(err(&r("  - name: c\n    backends: []\n")).contains("at least one backend"));
+        assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: https, ca_file: /nonexistent/ca.pem}\n"))
+            .contains("routes[1] (c).health_check.ca_file: /nonexistent/ca.pem"));
+        assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: tcp, interval: 1x}\n"))
+            .contains("1x"));
+    }
+}
