@@ -15,9 +15,10 @@ struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
-    /// Log filter (tracing env-filter syntax); RUST_LOG overrides it.
-    #[arg(long, default_value = "info", global = true)]
-    log_level: String,
+    /// Log filter in tracing env-filter syntax [default: info; warn for demo].
+    /// RUST_LOG overrides it.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     role: Role,
 }
@@ -82,7 +83,8 @@ fn init_logging(format: LogFormat, level: &str) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.log_level);
+    let default_level = if matches!(cli.role, Role::Demo) { "warn" } else { "info" };
+    init_logging(cli.log_format, cli.log_level.as_deref().unwrap_or(default_level));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

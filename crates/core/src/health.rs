@@ -152,6 +152,17 @@ impl HealthCheckConfig {
 /// How often DNS names are re-resolved when no health check is configured.
 pub const DNS_REFRESH: Duration = Duration::from_secs(10);
 
+/// Whether a set needs a checker task: it has an active health check or an
+/// endpoint named by DNS (re-resolved). Sets of literal addresses with no
+/// check need none, which keeps 10,000 plain routes cheap.
+pub fn needs_checker(spec: &crate::endpoint::EndpointSetSpec) -> bool {
+    spec.health_check.is_some()
+        || spec
+            .endpoints
+            .iter()
+            .any(|a| matches!(a.host, crate::endpoint::Host::Name(_)))
+}
+
 /// Runs health checks and DNS refreshes for `set` until `stop` fires or the
 /// set is dropped. Reads the set's current members each round, so a reload
 /// takes effect on the next round.

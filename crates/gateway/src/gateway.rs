@@ -32,9 +32,10 @@ pub(crate) struct Route {
     pub(crate) relay: RelayConfig,
     pub(crate) routed: Counter,
     pub(crate) unavailable: Counter,
-    /// Stops the health checker and drops metric series once the last
-    /// holder of this route (table or in-flight dial) lets go.
-    _checker: Arc<CheckerGuard>,
+    /// Drops the set's metric series once the last holder lets go.
+    _set: Arc<SetGuard>,
+    /// Stops the health checker once the last holder lets go.
+    _checker: Option<Arc<CheckerGuard>>,
 }
 
 impl Route {
@@ -47,15 +48,19 @@ impl Route {
     }
 }
 
-struct CheckerGuard {
-    stop: CancellationToken,
-    set: Arc<EndpointSet>,
-}
+struct CheckerGuard(CancellationToken);
 
 impl Drop for CheckerGuard {
     fn drop(&mut self) {
-        self.stop.cancel();
-        self.set.forget_metrics();
+        self.0.cancel();
+    }
+}
+
+struct SetGuard(Arc<EndpointSet>);
+
+impl Drop for SetGuard {
+    fn drop(&mut self) {
+        self.0.forget_metrics();
     }
 }
 
@@ -268,13 +273,22 @@ impl Gateway {
         // 2. Routes: keep the endpoint sets (health, load) of routes whose
         //    name stays; rebuild only what changed.
         let old = self.table.load_full();
+        let by_name: std::collections::HashMap<&str, &Arc<Route>> =
+            old.routes.iter().map(|r| (r.name(), r)).collect();
         let mut routes = Vec::with_capacity(snapshot.routes.len());
         for spec in snapshot.routes {
-            let existing = old.routes.iter().find(|r| *r.name == *spec.name);
+            let existing = by_name.get(spec.name.as_str()).copied();
             let route = match existing {
                 Some(r) if r.spec == spec => r.clone(),
                 Some(r) => {
                     r.set.apply(&spec.endpoints);
+                    // A new checker reads the new settings; the old one stops
+                    // when the old route is let go.
+                    let checker = if r.spec.endpoints == spec.endpoints {
+                        r._checker.clone()
+                    } else {
+                        self.spawn_checker(&r.set, &spec)
+                    };
                     Arc::new(Route {
                         name: r.name.clone(),
                         set: r.set.clone(),
@@ -282,7 +296,8 @@ impl Gateway {
                         relay: spec.relay.clone(),
                         routed: r.routed.clone(),
                         unavailable: r.unavailable.clone(),
-                        _checker: r._checker.clone(),
+                        _set: r._set.clone(),
+                        _checker: checker,
                         spec,
                     })
                 }
@@ -290,6 +305,7 @@ impl Gateway {
             };
             routes.push(route);
         }
+        drop(by_name);
         self.table.store(Arc::new(Table {
             routes,
             router: snapshot.router,
@@ -324,8 +340,7 @@ impl Gateway {
 
     fn new_route(&self, spec: RouteSpec) -> Arc<Route> {
         let set = EndpointSet::new(&spec.name, &spec.endpoints, self.backend_metrics.clone());
-        let stop = self.stop.child_token();
-        apiway_core::health::spawn_checker(&set, stop.clone());
+        let checker = self.spawn_checker(&set, &spec);
         let labels = RouteLabels {
             route: spec.name.clone(),
         };
@@ -335,13 +350,20 @@ impl Gateway {
             relay: spec.relay.clone(),
             routed: self.metrics.routed.get_or_create_owned(&labels),
             unavailable: self.metrics.unavailable.get_or_create_owned(&labels),
-            _checker: Arc::new(CheckerGuard {
-                stop,
-                set: set.clone(),
-            }),
+            _set: Arc::new(SetGuard(set.clone())),
+            _checker: checker,
             set,
             spec,
         })
+    }
+
+    fn spawn_checker(&self, set: &Arc<EndpointSet>, spec: &RouteSpec) -> Option<Arc<CheckerGuard>> {
+        if !apiway_core::health::needs_checker(&spec.endpoints) {
+            return None;
+        }
+        let stop = self.stop.child_token();
+        apiway_core::health::spawn_checker(set, stop.clone());
+        Some(Arc::new(CheckerGuard(stop)))
     }
 
     fn start_listener(self: &Arc<Self>, spec: ListenerSpec, socket: tokio::net::TcpListener) -> RunningListener {
