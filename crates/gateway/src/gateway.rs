@@ -10,13 +10,12 @@ use apiway_core::drain::{Drain, DrainTiming};
 use apiway_core::endpoint::EndpointSet;
 use apiway_core::listener::{self, Slots};
 use apiway_core::metrics::BackendMetrics;
-use apiway_core::relay::{KeepaliveConfig, RelayConfig};
+use apiway_core::relay::RelayConfig;
 use apiway_core::reload::ReloadMetrics;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, ListenerSpec, RouteSpec, Snapshot};
@@ -134,12 +133,13 @@ pub struct Gateway {
     metrics: GatewayMetrics,
     backend_metrics: BackendMetrics,
     reload_metrics: ReloadMetrics,
-    keepalive: KeepaliveConfig,
     drain: Drain,
     health: Arc<Health>,
     stop: CancellationToken,
     registry: Mutex<Option<Registry>>,
     admin_addr: Mutex<Option<SocketAddr>>,
+    /// The admin address as configured (may be port 0), for reload warnings.
+    admin_configured: Mutex<Option<SocketAddr>>,
     drain_timing: Mutex<DrainTiming>,
 }
 
@@ -165,12 +165,12 @@ impl Gateway {
             metrics,
             backend_metrics,
             reload_metrics,
-            keepalive: KeepaliveConfig::default(),
             drain: Drain::new(),
             health: Health::new(),
             stop: CancellationToken::new(),
             registry: Mutex::new(Some(registry)),
             admin_addr: Mutex::new(None),
+            admin_configured: Mutex::new(None),
             drain_timing: Mutex::new(snapshot.drain),
         });
         gateway.apply(snapshot).map_err(|e| anyhow::anyhow!(e))?;
@@ -189,6 +189,7 @@ impl Gateway {
             AdminServer::bind(addr, self.health.clone(), Arc::new(registry), admin_metrics).await?;
         let bound = server.local_addr()?;
         *lock(&self.admin_addr) = Some(bound);
+        *lock(&self.admin_configured) = Some(addr);
         tokio::spawn(server.serve(self.stop.clone()));
         Ok(bound)
     }
@@ -239,15 +240,17 @@ impl Gateway {
         table.routes.get(index).cloned()
     }
 
-    pub(crate) fn prepare_socket(&self, stream: &TcpStream) {
-        if let Err(e) = apiway_core::relay::set_keepalive(stream, &self.keepalive) {
-            tracing::debug!(error = %e, "cannot set TCP keepalive");
-        }
-    }
-
     /// Parses, validates and applies a configuration file's text.
     pub fn reload(self: &Arc<Self>, text: &str) -> Result<(), String> {
         let snapshot = config::parse(text)?;
+        let serving = *lock(&self.admin_configured);
+        if serving.is_some() && snapshot.admin != serving {
+            tracing::warn!(
+                running = ?serving,
+                new = ?snapshot.admin,
+                "admin.address changes take effect on restart; the rest of the config is applied"
+            );
+        }
         self.apply(snapshot)
     }
 

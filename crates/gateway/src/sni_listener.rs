@@ -28,7 +28,6 @@ pub(crate) async fn serve(
     });
     let _slot = slot;
     let spec = listener.spec.load_full();
-    gateway.prepare_socket(&client);
 
     let mut hello_bytes = Vec::new();
     let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
@@ -55,6 +54,8 @@ pub(crate) async fn serve(
         return;
     };
     route.routed.inc();
+    // Idle connections must hold nothing they no longer need.
+    drop(hello);
 
     let connected = match apiway_core::dial::connect(&route.set, route.connect_timeout).await {
         Ok(c) => c,
@@ -66,7 +67,6 @@ pub(crate) async fn serve(
         }
     };
     let mut backend = connected.stream;
-    gateway.prepare_socket(&backend);
     if let Err(e) = backend.write_all(&hello_bytes).await {
         tracing::debug!(%peer, backend = %connected.peer, error = %e, "backend closed before the ClientHello was replayed");
         return;
