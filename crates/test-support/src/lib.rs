@@ -1,1 +1,24 @@
-//! placeholder
+//! Test support for apiway: everything needed to run a realistic topology on
+//! loopback without a real Kubernetes cluster.
+//!
+//! - [`pki`]: a throw-away certificate authority that issues server and client
+//!   certificates, and turns them into rustls configurations.
+//! - [`standin`]: a stand-in Kubernetes API server (real TLS, HTTP/1.1 and
+//!   HTTP/2, flippable `/readyz`, optional client-certificate auth, `Alt-Svc`).
+//! - [`client`]: a small HTTPS client that reports which server answered.
+//! - [`peers`]: launchers for real third-party peers (HAProxy, nginx, etcd) and
+//!   helpers for ports and process memory.
+//!
+//! It is used by the `apiway demo` command, by integration tests and by the
+//! benchmarks, so it is ordinary library code: no panics on peer input.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod peers;
+pub mod pki;
+pub mod standin;
+
+pub use client::{https_get, https_get_with_config, Response};
+pub use pki::{Ca, Issued};
+pub use standin::{serve_forever, StandinConfig, StandinServer};

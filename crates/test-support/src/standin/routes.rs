@@ -1,0 +1,184 @@
+//! The stand-in's endpoints (listed in the [module docs](super)).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, ALT_SVC, CONTENT_TYPE};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use rustls::ServerConnection;
+use serde_json::json;
+
+use super::pattern::PatternBody;
+use super::Shared;
+
+/// Error type of response bodies: only `/echo` can fail (the client's
+/// request body breaking off).
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, BoxError>;
+
+/// Largest `/stream?bytes=N` accepted (1 TiB): enough for any benchmark.
+const MAX_STREAM_BYTES: u64 = 1 << 40;
+
+/// What the TLS handshake told the server about one connection.
+pub(crate) struct ConnectionInfo {
+    pub(crate) peer: SocketAddr,
+    pub(crate) sni: Option<String>,
+    pub(crate) alpn: Option<String>,
+    pub(crate) client_cn: Option<String>,
+    pub(crate) client_organizations: Vec<String>,
+}
+
+impl ConnectionInfo {
+    pub(crate) fn from_tls(conn: &ServerConnection, peer: SocketAddr) -> Self {
+        let (client_cn, client_organizations) = conn
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .map(|cert| subject_names(cert.as_ref()))
+            .unwrap_or_default();
+        ConnectionInfo {
+            peer,
+            sni: conn.server_name().map(str::to_string),
+            alpn: conn
+                .alpn_protocol()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+            client_cn,
+            client_organizations,
+        }
+    }
+}
+
+/// CN and O values of a DER certificate's subject; empty if it does not
+/// parse (rustls already verified it, so that would be surprising).
+fn subject_names(der: &[u8]) -> (Option<String>, Vec<String>) {
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return (None, Vec::new());
+    };
+    let subject = cert.subject();
+    let cn = subject
+        .iter_common_name()
+        .find_map(|attr| attr.as_str().ok().map(str::to_string));
+    let orgs = subject
+        .iter_organization()
+        .filter_map(|attr| attr.as_str().ok().map(str::to_string))
+        .collect();
+    (cn, orgs)
+}
+
+pub(crate) async fn handle(
+    req: Request<Incoming>,
+    shared: Arc<Shared>,
+    conn: Arc<ConnectionInfo>,
+) -> Result<Response<Body>, Infallible> {
+    shared.requests.fetch_add(1, Ordering::SeqCst);
+    let mut response = route(req, &shared, &conn);
+    let headers = response.headers_mut();
+    headers.insert("x-apiway-standin", shared.name_header.clone());
+    if let Some(alt_svc) = &shared.alt_svc {
+        headers.insert(ALT_SVC, alt_svc.clone());
+    }
+    Ok(response)
+}
+
+fn route(req: Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> Response<Body> {
+    match req.uri().path() {
+        "/livez" | "/healthz" => text(StatusCode::OK, "ok"),
+        "/readyz" if shared.ready.load(Ordering::SeqCst) => text(StatusCode::OK, "ok"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "readyz check failed"),
+        "/version" => json_response(StatusCode::OK, &version()),
+        "/stream" => stream(req.uri().query()),
+        "/echo" if req.method() == Method::POST => echo(req),
+        "/echo" => text(StatusCode::METHOD_NOT_ALLOWED, "POST only"),
+        _ => json_response(StatusCode::OK, &report(&req, shared, conn)),
+    }
+}
+
+/// A Kubernetes-like version document, enough for `kubectl version`.
+fn version() -> serde_json::Value {
+    json!({
+        "major": "1",
+        "minor": "31",
+        "gitVersion": "v1.31.0-apiway-standin",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2024-08-13T00:00:00Z",
+        "goVersion": "go1.22.5",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// Who answered and what this server saw of the request.
+fn report(req: &Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> serde_json::Value {
+    json!({
+        "server": shared.name,
+        "path": req.uri().path(),
+        "query": req.uri().query(),
+        "method": req.method().as_str(),
+        "version": format!("{:?}", req.version()),
+        "client_cn": conn.client_cn,
+        "client_organizations": conn.client_organizations,
+        "sni": conn.sni,
+        "alpn": conn.alpn,
+        "peer": conn.peer.to_string(),
+    })
+}
+
+fn stream(query: Option<&str>) -> Response<Body> {
+    let bytes = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("bytes="))
+        .and_then(|n| n.parse::<u64>().ok());
+    match bytes {
+        Some(n) if n <= MAX_STREAM_BYTES => {
+            let mut response = Response::new(PatternBody::new(n).map_err(|e| match e {}).boxed());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/octet-stream"),
+            );
+            response
+        }
+        _ => text(
+            StatusCode::BAD_REQUEST,
+            "usage: /stream?bytes=N (N at most 2^40)",
+        ),
+    }
+}
+
+fn echo(req: Request<Incoming>) -> Response<Body> {
+    let content_type = req.headers().get(CONTENT_TYPE).cloned();
+    let mut response = Response::new(req.into_body().map_err(BoxError::from).boxed());
+    if let Some(ct) = content_type {
+        response.headers_mut().insert(CONTENT_TYPE, ct);
+    }
+    response
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from_static(body.as_bytes())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(full(Bytes::from(value.to_string())));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|e| match e {}).boxed()
+}
