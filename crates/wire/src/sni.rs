@@ -1,1 +1,0 @@
-//! TLS ClientHello parsing: finds the SNI without terminating TLS.
