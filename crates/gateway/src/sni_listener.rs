@@ -33,9 +33,12 @@ pub(crate) async fn serve(
     let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
     let hello = match tokio::time::timeout(spec.client_hello_timeout, read).await {
         Ok(Ok(hello)) => hello,
-        Ok(Err(reason)) => {
+        Ok(Err((reason, alert))) => {
             tracing::debug!(%peer, listener = %spec.name, reason, "no usable ClientHello; closing");
             handles.hello_error(reason).inc();
+            if let Some(alert) = alert {
+                send_alert(&mut client, alert).await;
+            }
             return;
         }
         Err(_) => {
@@ -84,12 +87,13 @@ pub(crate) async fn serve(
 }
 
 /// Reads until the buffer holds a whole ClientHello. The error is the metric
-/// reason.
+/// reason and, for a TLS client that sent something broken, the alert to
+/// answer with (a client that does not speak TLS gets none).
 async fn read_client_hello(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     max: usize,
-) -> Result<ClientHello, &'static str> {
+) -> Result<ClientHello, (&'static str, Option<AlertDescription>)> {
     // Records add 5 bytes of header each; a hello cut into tiny records may
     // legally take more bytes on the wire than `max`, up to this bound.
     let wire_limit = max.saturating_mul(2).saturating_add(1024);
@@ -97,19 +101,19 @@ async fn read_client_hello(
         match sni::parse_client_hello(buf, max) {
             Ok(hello) => return Ok(hello),
             Err(SniError::Incomplete) => {}
-            Err(SniError::NotTls) => return Err("not_tls"),
-            Err(SniError::Malformed(_)) => return Err("malformed"),
-            Err(SniError::TooLarge { .. }) => return Err("too_large"),
+            Err(e @ SniError::NotTls) => return Err(("not_tls", e.alert())),
+            Err(e @ SniError::Malformed(_)) => return Err(("malformed", e.alert())),
+            Err(e @ SniError::TooLarge { .. }) => return Err(("too_large", e.alert())),
         }
         if buf.len() >= wire_limit {
-            return Err("too_large");
+            return Err(("too_large", Some(AlertDescription::RecordOverflow)));
         }
         let want = if buf.is_empty() { 1024 } else { buf.len() };
         buf.reserve(want.min(wire_limit - buf.len()));
         match stream.read_buf(buf).await {
-            Ok(0) => return Err("closed"),
+            Ok(0) => return Err(("closed", None)),
             Ok(_) => {}
-            Err(_) => return Err("io"),
+            Err(_) => return Err(("io", None)),
         }
     }
 }
