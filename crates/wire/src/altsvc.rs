@@ -1,1 +1,0 @@
-//! Alt-Svc (RFC 7838) header values: parsing and rendering.
