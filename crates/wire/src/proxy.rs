@@ -1,1 +1,0 @@
-//! PROXY protocol v1 and v2 headers: parsing and rendering.
