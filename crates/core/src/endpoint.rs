@@ -293,6 +293,17 @@ impl Endpoint {
         changed
     }
 
+    /// Forgets what active checks said: the endpoint counts as up again.
+    pub fn forget_check_verdict(&self) {
+        {
+            let mut s = self.streaks();
+            s.checks_ok = 0;
+            s.checks_failed = 0;
+        }
+        self.up.store(true, Ordering::Relaxed);
+        self.publish_health();
+    }
+
     /// Leases the endpoint for one connection; the lease counts it active.
     pub fn lease(self: &Arc<Self>) -> Lease {
         self.active.fetch_add(1, Ordering::Relaxed);
@@ -421,6 +432,13 @@ impl EndpointSet {
             };
             if !endpoints.iter().any(|e: &Arc<Endpoint>| Arc::ptr_eq(e, &endpoint)) {
                 endpoints.push(endpoint);
+            }
+        }
+        if spec.health_check.is_none() {
+            // Without a check nothing would ever bring back an endpoint an
+            // earlier check took down.
+            for e in &endpoints {
+                e.forget_check_verdict();
             }
         }
         for gone in old

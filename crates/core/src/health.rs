@@ -178,7 +178,8 @@ pub fn spawn_checker(set: &Arc<EndpointSet>, stop: CancellationToken) -> tokio::
                 .as_ref()
                 .map_or(DNS_REFRESH, |c| c.interval);
             let mut round = tokio::task::JoinSet::new();
-            for endpoint in members.endpoints.iter().cloned() {
+            for endpoint in &members.endpoints {
+                let endpoint = endpoint.clone();
                 let check = members.health_check.clone();
                 round.spawn(async move { check_endpoint(&endpoint, check.as_ref()).await });
             }

@@ -86,16 +86,17 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 /// Watches `path` and applies each changed, valid version.
 ///
-/// `apply` gets the new file's text and either applies it or returns an
-/// error that names the problem; errors keep the running configuration.
-/// `initial` is the text the running configuration was built from.
+/// `apply` gets the new file's text and either applies it, returning the
+/// poll interval the new configuration asks for, or returns an error that
+/// names the problem; errors keep the running configuration. `initial` is
+/// the text the running configuration was built from.
 pub async fn watch(
     path: PathBuf,
     initial: String,
-    poll: Duration,
+    mut poll: Duration,
     stop: CancellationToken,
     metrics: ReloadMetrics,
-    mut apply: impl FnMut(&str) -> Result<(), String>,
+    mut apply: impl FnMut(&str) -> Result<Duration, String>,
 ) {
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     let mut last_stamp = stamp(&path);
@@ -124,7 +125,8 @@ pub async fn watch(
         }
         let started = Instant::now();
         match apply(&text) {
-            Ok(()) => {
+            Ok(next_poll) => {
+                poll = next_poll;
                 let took = started.elapsed();
                 metrics.record(true, took);
                 tracing::info!(path = %path.display(), took = ?took, trigger = if forced { "SIGHUP" } else { "file change" }, "config reloaded");

@@ -241,8 +241,10 @@ impl Gateway {
     }
 
     /// Parses, validates and applies a configuration file's text.
-    pub fn reload(self: &Arc<Self>, text: &str) -> Result<(), String> {
+    /// Returns the reload interval the new configuration asks for.
+    pub fn reload(self: &Arc<Self>, text: &str) -> Result<std::time::Duration, String> {
         let snapshot = config::parse(text)?;
+        let interval = snapshot.reload_interval;
         let serving = *lock(&self.admin_configured);
         if serving.is_some() && snapshot.admin != serving {
             tracing::warn!(
@@ -251,7 +253,8 @@ impl Gateway {
                 "admin.address changes take effect on restart; the rest of the config is applied"
             );
         }
-        self.apply(snapshot)
+        self.apply(snapshot)?;
+        Ok(interval)
     }
 
     /// Applies a validated snapshot. New listeners are bound first; if one

@@ -74,6 +74,13 @@ pub(crate) async fn serve(
         tracing::debug!(%peer, backend = %connected.peer, error = %e, "backend closed before the ClientHello was replayed");
         return;
     }
+    // These bytes went around the relay; count them as it would.
+    connected
+        .lease
+        .endpoint()
+        .metrics()
+        .to_backend
+        .inc_by(hello_bytes.len() as u64);
     drop(hello_bytes);
     let relay_config = route.relay.clone();
     let route_name = route.name_arc();

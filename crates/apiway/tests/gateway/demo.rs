@@ -1,0 +1,53 @@
+//! `apiway demo` runs its whole topology and narrates it.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use tokio::process::Command;
+
+use crate::support::process::APIWAY;
+
+#[tokio::test]
+async fn demo_shows_both_clusters_answering_and_the_ejection() -> Result<()> {
+    let mut command = Command::new(APIWAY);
+    command.arg("demo").env("NO_COLOR", "1").kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), command.output())
+        .await
+        .context("apiway demo did not finish")??;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        out.status.success(),
+        "exit {}:\n{stdout}\n{stderr}",
+        out.status
+    );
+
+    let (before, after) = stdout
+        .split_once("2. stopping")
+        .with_context(|| format!("no ejection step:\n{stdout}"))?;
+    for answered in [
+        "-> cluster-a/apiserver-1 answered 200",
+        "-> cluster-a/apiserver-2 answered 200",
+        "-> cluster-b/apiserver-1 answered 200",
+    ] {
+        ensure!(before.contains(answered), "missing {answered:?}:\n{stdout}");
+    }
+    ensure!(
+        before.contains("CN=demo-admin"),
+        "cluster B did not see the client certificate:\n{stdout}"
+    );
+    ensure!(before.contains("api.unknown.example.com") && before.contains("refused"));
+    ensure!(after.contains("ejected it after"), "no ejection:\n{stdout}");
+    ensure!(
+        after.contains("-> cluster-a/apiserver-2 answered 200")
+            && !after.contains("-> cluster-a/apiserver-1 answered")
+            && !after.contains("-> failed"),
+        "traffic after the ejection:\n{after}"
+    );
+    ensure!(
+        after.contains("apiway_backend_healthy"),
+        "no metrics shown:\n{after}"
+    );
+    ensure!(stdout.contains("demo finished"));
+    Ok(())
+}

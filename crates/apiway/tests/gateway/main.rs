@@ -1,0 +1,20 @@
+//! Behaviour of the real `apiway gateway` binary, run as a separate process
+//! with a generated YAML config, against real clients (curl, openssl,
+//! etcdctl, rustls), real servers (stand-in API servers, etcd) and HAProxy
+//! for comparison.
+
+mod support;
+
+mod admin;
+mod cli;
+mod demo;
+mod drain;
+mod etcd;
+mod failover;
+mod fragmentation;
+mod haproxy;
+mod limits;
+mod passthrough;
+mod rejection;
+mod reload;
+mod routing;
