@@ -22,8 +22,18 @@ pub async fn run() -> Result<()> {
     let cert_b = ca.issue_server(&[B, "kubernetes.default"], &[])?;
     let client = ca.issue_client("demo-admin", &["system:masters"])?;
 
-    let a1 = StandinServer::start(StandinConfig::new("cluster-a/apiserver-1", loopback, cert_a.clone())).await?;
-    let a2 = StandinServer::start(StandinConfig::new("cluster-a/apiserver-2", loopback, cert_a)).await?;
+    let a1 = StandinServer::start(StandinConfig::new(
+        "cluster-a/apiserver-1",
+        loopback,
+        cert_a.clone(),
+    ))
+    .await?;
+    let a2 = StandinServer::start(StandinConfig::new(
+        "cluster-a/apiserver-2",
+        loopback,
+        cert_a,
+    ))
+    .await?;
     let b1 = StandinServer::start(
         StandinConfig::new("cluster-b/apiserver-1", loopback, cert_b).with_client_ca(&ca),
     )
@@ -80,7 +90,10 @@ drain: {{ delay: 0s, grace_period: 1s }}
         );
     }
     let r = https_get(gw, B, "/api", &ca, Some(&client), true).await?;
-    let cn = r.json().ok().and_then(|j| j["client_cn"].as_str().map(str::to_owned));
+    let cn = r
+        .json()
+        .ok()
+        .and_then(|j| j["client_cn"].as_str().map(str::to_owned));
     println!(
         "   #5 SNI {B:<20} HTTP/2   -> {} answered {}; it saw client certificate CN={}",
         r.standin().unwrap_or("?"),
@@ -89,10 +102,16 @@ drain: {{ delay: 0s, grace_period: 1s }}
     );
     match https_get(gw, "api.unknown.example.com", "/api", &ca, None, false).await {
         Ok(r) => bail!("an unknown SNI was routed (answered {})", r.status),
-        Err(e) => println!("   #6 SNI api.unknown.example.com     -> refused: {}", root_cause(&e)),
+        Err(e) => println!(
+            "   #6 SNI api.unknown.example.com     -> refused: {}",
+            root_cause(&e)
+        ),
     }
 
-    println!("\n2. stopping {} (its port closes, like a crashed API server)", a1.name());
+    println!(
+        "\n2. stopping {} (its port closes, like a crashed API server)",
+        a1.name()
+    );
     let stopped_name = a1.name().to_string();
     let stopped_addr = a1.addr().to_string();
     let stopped_at = Instant::now();
@@ -124,7 +143,11 @@ drain: {{ delay: 0s, grace_period: 1s }}
     for i in 0..6 {
         match https_get(gw, A, "/api", &ca, None, i % 2 == 1).await {
             Ok(r) => {
-                println!("   SNI {A} -> {} answered {}", r.standin().unwrap_or("?"), r.status);
+                println!(
+                    "   SNI {A} -> {} answered {}",
+                    r.standin().unwrap_or("?"),
+                    r.status
+                );
                 if r.standin() == Some(stopped_name.as_str()) {
                     bail!("a stopped backend answered");
                 }

@@ -83,9 +83,19 @@ fn init_logging(format: LogFormat, level: &str) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.role, Role::Demo) { "warn" } else { "info" };
-    init_logging(cli.log_format, cli.log_level.as_deref().unwrap_or(default_level));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let default_level = if matches!(cli.role, Role::Demo) {
+        "warn"
+    } else {
+        "info"
+    };
+    init_logging(
+        cli.log_format,
+        cli.log_level.as_deref().unwrap_or(default_level),
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

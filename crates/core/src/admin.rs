@@ -171,29 +171,44 @@ impl AdminServer {
     }
 
     fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
-        let (path, status, body, content_type) = if req.method() != Method::GET
-            && req.method() != Method::HEAD
-        {
-            ("other", StatusCode::METHOD_NOT_ALLOWED, "use GET\n".to_string(), "text/plain")
-        } else {
-            match req.uri().path() {
-                "/healthz" => {
-                    let (s, b) = self.health.healthz();
-                    ("/healthz", s, b, "text/plain")
+        let (path, status, body, content_type) =
+            if req.method() != Method::GET && req.method() != Method::HEAD {
+                (
+                    "other",
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "use GET\n".to_string(),
+                    "text/plain",
+                )
+            } else {
+                match req.uri().path() {
+                    "/healthz" => {
+                        let (s, b) = self.health.healthz();
+                        ("/healthz", s, b, "text/plain")
+                    }
+                    "/livez" => verdict(
+                        "/livez",
+                        self.health.live.load(Ordering::SeqCst),
+                        "not live\n",
+                    ),
+                    "/readyz" => verdict(
+                        "/readyz",
+                        self.health.ready.load(Ordering::SeqCst),
+                        "not ready\n",
+                    ),
+                    "/metrics" => (
+                        "/metrics",
+                        StatusCode::OK,
+                        crate::metrics::render(&self.registry),
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    ),
+                    _ => (
+                        "other",
+                        StatusCode::NOT_FOUND,
+                        "not found\n".into(),
+                        "text/plain",
+                    ),
                 }
-                "/livez" => verdict("/livez", self.health.live.load(Ordering::SeqCst), "not live\n"),
-                "/readyz" => {
-                    verdict("/readyz", self.health.ready.load(Ordering::SeqCst), "not ready\n")
-                }
-                "/metrics" => (
-                    "/metrics",
-                    StatusCode::OK,
-                    crate::metrics::render(&self.registry),
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                ),
-                _ => ("other", StatusCode::NOT_FOUND, "not found\n".into(), "text/plain"),
-            }
-        };
+            };
         self.requests
             .get_or_create(&RequestLabels {
                 path,
@@ -217,7 +232,12 @@ fn verdict(
     if ok {
         (path, StatusCode::OK, "ok\n".into(), "text/plain")
     } else {
-        (path, StatusCode::SERVICE_UNAVAILABLE, no.into(), "text/plain")
+        (
+            path,
+            StatusCode::SERVICE_UNAVAILABLE,
+            no.into(),
+            "text/plain",
+        )
     }
 }
 
@@ -235,13 +255,19 @@ mod tests {
     fn healthz_follows_draining_and_reasons() {
         let h = Health::new();
         assert_eq!(h.healthz().0, StatusCode::OK);
-        h.set_not_healthy("node", Some("tainted ToBeDeletedByClusterAutoscaler".into()));
+        h.set_not_healthy(
+            "node",
+            Some("tainted ToBeDeletedByClusterAutoscaler".into()),
+        );
         let (code, body) = h.healthz();
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("ToBeDeletedByClusterAutoscaler"));
         h.set_not_healthy("node", None);
         assert_eq!(h.healthz().0, StatusCode::OK);
         h.start_draining();
-        assert_eq!(h.healthz(), (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into()));
+        assert_eq!(
+            h.healthz(),
+            (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
+        );
     }
 }

@@ -146,7 +146,11 @@ mod tests {
         let members = set.members();
         let dead_ep = members.endpoints.iter().find(|e| e.name() == dead).unwrap();
         assert!(dead_ep.is_ejected());
-        assert_eq!(dead_ep.metrics().connect_failures.get(), 1, "ejected after one failure, then skipped");
+        assert_eq!(
+            dead_ep.metrics().connect_failures.get(),
+            1,
+            "ejected after one failure, then skipped"
+        );
     }
 
     #[tokio::test]

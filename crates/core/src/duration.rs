@@ -7,8 +7,9 @@ use serde::{Deserialize, Deserializer};
 
 /// Parses a human duration such as `1s` or `250ms`.
 pub fn parse(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|e| format!("`{text}` is not a duration ({e}); write it like `500ms`, `1s` or `2m`"))
+    humantime::parse_duration(text.trim()).map_err(|e| {
+        format!("`{text}` is not a duration ({e}); write it like `500ms`, `1s` or `2m`")
+    })
 }
 
 /// Serde adapter: `#[serde(with = "apiway_core::duration")]`.
@@ -40,6 +41,8 @@ mod tests {
         assert_eq!(parse("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse(" 2m "), Ok(Duration::from_secs(120)));
-        assert!(parse("soon").unwrap_err().contains("`soon` is not a duration"));
+        assert!(parse("soon")
+            .unwrap_err()
+            .contains("`soon` is not a duration"));
     }
 }

@@ -87,7 +87,9 @@ impl Address {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
         if !valid {
-            return Err(format!("`{text}`: `{host}` is not a host name or IP address"));
+            return Err(format!(
+                "`{text}`: `{host}` is not a host name or IP address"
+            ));
         }
         Ok(Address {
             host: Host::Name(host.to_ascii_lowercase()),
@@ -430,7 +432,10 @@ impl EndpointSet {
                     self.metrics.handles(&self.name, &address.to_string()),
                 )),
             };
-            if !endpoints.iter().any(|e: &Arc<Endpoint>| Arc::ptr_eq(e, &endpoint)) {
+            if !endpoints
+                .iter()
+                .any(|e: &Arc<Endpoint>| Arc::ptr_eq(e, &endpoint))
+            {
                 endpoints.push(endpoint);
             }
         }
@@ -485,8 +490,13 @@ impl EndpointSet {
                 let better = match fallback {
                     None => true,
                     Some(f) => {
-                        (e.is_up(), std::cmp::Reverse(e.ejected_until.load(Ordering::Relaxed)))
-                            > (f.is_up(), std::cmp::Reverse(f.ejected_until.load(Ordering::Relaxed)))
+                        (
+                            e.is_up(),
+                            std::cmp::Reverse(e.ejected_until.load(Ordering::Relaxed)),
+                        ) > (
+                            f.is_up(),
+                            std::cmp::Reverse(f.ejected_until.load(Ordering::Relaxed)),
+                        )
                     }
                 };
                 if better {
@@ -541,16 +551,23 @@ mod tests {
             }
         );
         assert!(Address::parse("localhost").unwrap_err().contains("no port"));
-        assert!(Address::parse("a b:1").unwrap_err().contains("not a host name"));
+        assert!(Address::parse("a b:1")
+            .unwrap_err()
+            .contains("not a host name"));
         assert!(Address::parse("x:0").unwrap_err().contains("port 0"));
-        assert!(Address::parse("x:99999").unwrap_err().contains("invalid port"));
+        assert!(Address::parse("x:99999")
+            .unwrap_err()
+            .contains("invalid port"));
     }
 
     #[test]
     fn least_connections_prefers_idle_and_rotates_ties() {
         let set = EndpointSet::new(
             "r",
-            &spec(&["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"], Policy::LeastConnections),
+            &spec(
+                &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"],
+                Policy::LeastConnections,
+            ),
             BackendMetrics::default(),
         );
         // Ties rotate: three picks with no load hit three endpoints.
@@ -600,7 +617,7 @@ mod tests {
             assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:2");
         }
         let good = members.endpoints[1].clone();
-        assert_eq!(set.pick(&[good.clone()]).unwrap().name(), "127.0.0.1:1");
+        assert_eq!(set.pick(std::slice::from_ref(&good)).unwrap().name(), "127.0.0.1:1");
         assert!(set.pick(&[good, bad.clone()]).is_none());
         bad.record_connect_success();
         assert!(bad.is_available());
@@ -608,7 +625,10 @@ mod tests {
 
     #[test]
     fn ejection_backoff_grows_and_is_capped() {
-        let e = Endpoint::new(Address::parse("127.0.0.1:1").unwrap(), BackendHandles::default());
+        let e = Endpoint::new(
+            Address::parse("127.0.0.1:1").unwrap(),
+            BackendHandles::default(),
+        );
         let ej = Ejection {
             base: Duration::from_millis(100),
             max: Duration::from_millis(350),

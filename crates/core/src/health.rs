@@ -166,7 +166,10 @@ pub fn needs_checker(spec: &crate::endpoint::EndpointSetSpec) -> bool {
 /// Runs health checks and DNS refreshes for `set` until `stop` fires or the
 /// set is dropped. Reads the set's current members each round, so a reload
 /// takes effect on the next round.
-pub fn spawn_checker(set: &Arc<EndpointSet>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+pub fn spawn_checker(
+    set: &Arc<EndpointSet>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
     let weak: Weak<EndpointSet> = Arc::downgrade(set);
     tokio::spawn(async move {
         loop {
@@ -207,7 +210,9 @@ async fn check_endpoint(endpoint: &Arc<Endpoint>, check: Option<&HealthCheck>) {
     let ok = result.is_ok();
     if let Some(up) = endpoint.record_check(ok, check) {
         match (&result, up) {
-            (_, true) => tracing::info!(backend = endpoint.name(), "health check passed; backend up"),
+            (_, true) => {
+                tracing::info!(backend = endpoint.name(), "health check passed; backend up")
+            }
             (Err(e), false) => {
                 tracing::warn!(backend = endpoint.name(), reason = %e, "health check failed; backend down")
             }
@@ -269,7 +274,10 @@ async fn https_get(
     if response.status().is_success() {
         Ok(())
     } else {
-        Err(format!("GET {path} on {addr} answered {}", response.status()))
+        Err(format!(
+            "GET {path} on {addr} answered {}",
+            response.status()
+        ))
     }
 }
 
@@ -304,7 +312,10 @@ mod tests {
     fn rejects_nonsense() {
         let mut c = cfg(CheckKind::Tcp);
         c.path = Some("/x".into());
-        assert!(c.validate().unwrap_err().contains("only apply to kind: https"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("only apply to kind: https"));
         let mut c = cfg(CheckKind::Https);
         c.path = Some("readyz".into());
         assert!(c.validate().unwrap_err().contains("must start with /"));

@@ -28,9 +28,13 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     };
     inner().map_err(|e| {
         let hint = match e.kind() {
-            std::io::ErrorKind::AddrInUse => " (another process listens there; pick another address or stop it)",
+            std::io::ErrorKind::AddrInUse => {
+                " (another process listens there; pick another address or stop it)"
+            }
             std::io::ErrorKind::AddrNotAvailable => " (no local interface has this address)",
-            std::io::ErrorKind::PermissionDenied => " (ports below 1024 need root or CAP_NET_BIND_SERVICE)",
+            std::io::ErrorKind::PermissionDenied => {
+                " (ports below 1024 need root or CAP_NET_BIND_SERVICE)"
+            }
             _ => "",
         };
         anyhow::anyhow!("cannot listen on {addr}: {e}{hint}")
@@ -67,9 +71,13 @@ impl Slots {
     pub fn try_take(self: &Arc<Self>) -> Option<Slot> {
         let max = self.max.load(Ordering::Relaxed);
         self.open
-            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < max).then_some(n + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| {
+                (n < max).then_some(n + 1)
+            })
             .ok()
-            .map(|_| Slot { slots: self.clone() })
+            .map(|_| Slot {
+                slots: self.clone(),
+            })
     }
 }
 
@@ -143,6 +151,9 @@ mod tests {
         let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = l.local_addr().unwrap();
         let err = bind(addr).unwrap_err().to_string();
-        assert!(err.contains(&addr.to_string()) && err.contains("another process"), "{err}");
+        assert!(
+            err.contains(&addr.to_string()) && err.contains("another process"),
+            "{err}"
+        );
     }
 }

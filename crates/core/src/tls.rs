@@ -68,8 +68,12 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 }
 
 /// Builds a client configuration offering `alpn`.
-pub fn client_config(opts: &TlsClientOptions, alpn: &[&[u8]]) -> Result<Arc<ClientConfig>, TlsError> {
-    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+pub fn client_config(
+    opts: &TlsClientOptions,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let builder =
+        ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     let builder = match &opts.ca_file {
         Some(ca) => {
             let mut roots = RootCertStore::empty();
@@ -114,7 +118,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -123,7 +132,12 @@ impl ServerCertVerifier for NoVerification {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {

@@ -179,8 +179,8 @@ pub struct Snapshot {
 /// Parses and validates a configuration file's text. The error is one line
 /// naming the problem and where it is.
 pub fn parse(text: &str) -> Result<Snapshot, String> {
-    let file: ConfigFile =
-        serde_saphyr::from_str(text).map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+    let file: ConfigFile = serde_saphyr::from_str(text)
+        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
     validate(file)
 }
 
@@ -218,7 +218,9 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
         }
         let address = socket_addr(&format!("{at}.address"), &l.address)?;
         if let Some(other) = addrs.insert(address, l.name.as_str()) {
-            return Err(format!("{at}.address: {address} is also used by listener {other}"));
+            return Err(format!(
+                "{at}.address: {address} is also used by listener {other}"
+            ));
         }
         let max_connections = l.max_connections.unwrap_or(10_000);
         if max_connections == 0 {
@@ -270,7 +272,8 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
         }
         let mut endpoints = Vec::with_capacity(r.backends.len());
         for (j, b) in r.backends.iter().enumerate() {
-            let a = Address::parse(&b.address).map_err(|e| format!("{at}.backends[{j}].address: {e}"))?;
+            let a = Address::parse(&b.address)
+                .map_err(|e| format!("{at}.backends[{j}].address: {e}"))?;
             if endpoints.contains(&a) {
                 return Err(format!("{at}.backends[{j}]: {} is listed twice", b.address));
             }
@@ -285,21 +288,26 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
             apiway_core::health::Probe::Https { tls, .. } => tls.ca_file.clone(),
             apiway_core::health::Probe::Tcp => None,
         }) {
-            apiway_core::tls::load_certs(&ca).map_err(|e| format!("{at}.health_check.ca_file: {e}"))?;
+            apiway_core::tls::load_certs(&ca)
+                .map_err(|e| format!("{at}.health_check.ca_file: {e}"))?;
         }
         let ejection = Ejection {
             base: r.ejection_base.unwrap_or(Ejection::default().base),
             max: r.ejection_max.unwrap_or(Ejection::default().max),
         };
         if ejection.base.is_zero() || ejection.max < ejection.base {
-            return Err(format!("{at}: ejection_base must be > 0 and ejection_max >= ejection_base"));
+            return Err(format!(
+                "{at}: ejection_base must be > 0 and ejection_max >= ejection_base"
+            ));
         }
         let connect_timeout = r.connect_timeout.unwrap_or(Duration::from_secs(2));
         if connect_timeout.is_zero() {
             return Err(format!("{at}.connect_timeout must be more than 0"));
         }
         if r.idle_timeout.is_some_and(|t| t.is_zero()) {
-            return Err(format!("{at}.idle_timeout must be more than 0 (leave it out for none)"));
+            return Err(format!(
+                "{at}.idle_timeout must be more than 0 (leave it out for none)"
+            ));
         }
         routes.push(RouteSpec {
             name: r.name.clone(),
@@ -399,7 +407,10 @@ default_route: reject             # or the name of a route
         assert!(err("listeners: []").contains("at least one listener"));
         assert!(err("listeners: [{name: l, address: nowhere, kind: tls}]")
             .contains("listeners[0] (l).address: `nowhere` is not an ip:port"));
-        assert!(err("listeners: [{name: l, address: 127.0.0.1:1, kind: udp}]").starts_with("invalid YAML"));
+        assert!(
+            err("listeners: [{name: l, address: 127.0.0.1:1, kind: udp}]")
+                .starts_with("invalid YAML")
+        );
         assert!(err(&format!("{base}bogus: 1")).starts_with("invalid YAML"));
         assert!(err(&format!("{base}default_route: nope"))
             .contains("default_route: no route is named `nope`"));
@@ -407,14 +418,22 @@ default_route: reject             # or the name of a route
             format!("{base}routes:\n  - name: a\n    hostnames: [a.example.com]\n    backends: [{{address: 127.0.0.1:7}}]\n{extra}")
         };
         assert!(parse(&r("")).is_ok());
-        assert!(err(&r("  - name: b\n    hostnames: [A.example.com]\n    backends: [{address: 127.0.0.1:8}]\n"))
-            .contains("routes[1] (b).hostnames[0]: `A.example.com` is already routed to a"));
-        assert!(err(&r("  - name: a\n    backends: [{address: 127.0.0.1:8}]\n"))
-            .contains("routes[1] (a): the name is used by another route"));
-        assert!(err(&r("  - name: c\n    hostnames: ['a*.x']\n    backends: [{address: 127.0.0.1:8}]\n"))
-            .contains("routes[1] (c).hostnames[0]"));
-        assert!(err(&r("  - name: c\n    backends: [{address: 'nohost'}]\n"))
-            .contains("routes[1] (c).backends[0].address: `nohost` has no port"));
+        assert!(err(&r(
+            "  - name: b\n    hostnames: [A.example.com]\n    backends: [{address: 127.0.0.1:8}]\n"
+        ))
+        .contains("routes[1] (b).hostnames[0]: `A.example.com` is already routed to a"));
+        assert!(
+            err(&r("  - name: a\n    backends: [{address: 127.0.0.1:8}]\n"))
+                .contains("routes[1] (a): the name is used by another route")
+        );
+        assert!(err(&r(
+            "  - name: c\n    hostnames: ['a*.x']\n    backends: [{address: 127.0.0.1:8}]\n"
+        ))
+        .contains("routes[1] (c).hostnames[0]"));
+        assert!(
+            err(&r("  - name: c\n    backends: [{address: 'nohost'}]\n"))
+                .contains("routes[1] (c).backends[0].address: `nohost` has no port")
+        );
         assert!(err(&r("  - name: c\n    backends: []\n")).contains("at least one backend"));
         assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: https, ca_file: /nonexistent/ca.pem}\n"))
             .contains("routes[1] (c).health_check.ca_file: /nonexistent/ca.pem"));

@@ -96,10 +96,12 @@ impl ListenerHandles {
     }
 
     pub(crate) fn hello_error(&self, reason: &'static str) -> Counter {
-        self.metrics.hello_errors.get_or_create_owned(&ReasonLabels {
-            listener: self.name.clone(),
-            reason,
-        })
+        self.metrics
+            .hello_errors
+            .get_or_create_owned(&ReasonLabels {
+                listener: self.name.clone(),
+                reason,
+            })
     }
 
     pub(crate) fn no_route(&self, reason: &'static str) -> Counter {
@@ -372,7 +374,11 @@ impl Gateway {
         Some(Arc::new(CheckerGuard(stop)))
     }
 
-    fn start_listener(self: &Arc<Self>, spec: ListenerSpec, socket: tokio::net::TcpListener) -> RunningListener {
+    fn start_listener(
+        self: &Arc<Self>,
+        spec: ListenerSpec,
+        socket: tokio::net::TcpListener,
+    ) -> RunningListener {
         let local_addr = socket.local_addr().unwrap_or(spec.address);
         let slots = Slots::new(spec.max_connections);
         let stop = self.stop.child_token();
@@ -396,7 +402,13 @@ impl Gateway {
                 }
             },
             move |stream, peer, slot| {
-                crate::sni_listener::serve(gateway.clone(), accept_state.clone(), stream, peer, slot)
+                crate::sni_listener::serve(
+                    gateway.clone(),
+                    accept_state.clone(),
+                    stream,
+                    peer,
+                    slot,
+                )
             },
         ));
         RunningListener {
@@ -423,8 +435,8 @@ impl Gateway {
         let text = std::fs::read_to_string(&config_path).map_err(|e| {
             anyhow::anyhow!("cannot read the config file {}: {e}", config_path.display())
         })?;
-        let snapshot = config::parse(&text)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
+        let snapshot =
+            config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
         let admin = snapshot.admin;
         let reload_interval = snapshot.reload_interval;
         let gateway = Gateway::start(snapshot).await?;

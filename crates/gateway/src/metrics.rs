@@ -53,13 +53,21 @@ pub struct GatewayMetrics {
 impl GatewayMetrics {
     /// Registers the families.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register("listener_accepted", "Connections accepted", self.accepted.clone());
+        registry.register(
+            "listener_accepted",
+            "Connections accepted",
+            self.accepted.clone(),
+        );
         registry.register(
             "listener_rejected",
             "Connections closed at once because max_connections was reached",
             self.rejected.clone(),
         );
-        registry.register("listener_open_connections", "Open connections", self.open.clone());
+        registry.register(
+            "listener_open_connections",
+            "Open connections",
+            self.open.clone(),
+        );
         registry.register(
             "listener_no_route",
             "Connections with no SNI or an unknown SNI and no default route",
@@ -75,7 +83,11 @@ impl GatewayMetrics {
             "Clients that did not send a whole ClientHello in time",
             self.hello_timeouts.clone(),
         );
-        registry.register("route_connections", "Connections routed", self.routed.clone());
+        registry.register(
+            "route_connections",
+            "Connections routed",
+            self.routed.clone(),
+        );
         registry.register(
             "route_unavailable",
             "Connections closed because no backend of the route could be reached",

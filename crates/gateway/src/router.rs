@@ -168,8 +168,11 @@ mod tests {
     fn ten_thousand_routes_resolve_by_name() {
         let mut r = SniRouter::default();
         for i in 0..10_000 {
-            r.insert(HostPattern::parse(&format!("api.c{i}.example.com")).unwrap(), i)
-                .unwrap();
+            r.insert(
+                HostPattern::parse(&format!("api.c{i}.example.com")).unwrap(),
+                i,
+            )
+            .unwrap();
             r.insert(HostPattern::parse(&format!("*.c{i}.internal")).unwrap(), i)
                 .unwrap();
         }

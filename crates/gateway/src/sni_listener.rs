@@ -50,7 +50,11 @@ pub(crate) async fn serve(
     drop(spec);
 
     let Some(route) = gateway.route_for(hello.server_name.as_deref()) else {
-        let reason = if hello.server_name.is_some() { "unknown_sni" } else { "no_sni" };
+        let reason = if hello.server_name.is_some() {
+            "unknown_sni"
+        } else {
+            "no_sni"
+        };
         tracing::debug!(%peer, sni = ?hello.server_name, reason, "no route; sending unrecognized_name");
         handles.no_route(reason).inc();
         send_alert(&mut client, AlertDescription::UnrecognizedName).await;
