@@ -32,7 +32,8 @@ impl Source {
         let chunk = vec![0x5au8; 1 << 20];
         let mut written = 0u64;
         while written < SOURCE_LEN {
-            written += rustix::io::write(&file, &chunk).context("filling the in-memory file")? as u64;
+            written +=
+                rustix::io::write(&file, &chunk).context("filling the in-memory file")? as u64;
         }
         Ok(Source { file })
     }

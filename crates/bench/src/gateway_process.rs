@@ -134,7 +134,10 @@ impl GatewayProcess {
             self.ensure_running()?;
             let now = self.metrics().await?;
             if now.reload_errors > before.reload_errors {
-                bail!("the gateway rejected the new config; log:\n{}", self.log_tail());
+                bail!(
+                    "the gateway rejected the new config; log:\n{}",
+                    self.log_tail()
+                );
             }
             if now.reload_successes > before.reload_successes {
                 return Ok(AppliedReload {
@@ -252,7 +255,10 @@ async fn http_get(addr: SocketAddr, path: &str) -> Result<String> {
             head.lines().next().unwrap_or_default()
         );
     }
-    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return Ok(dechunk(body));
     }
     Ok(body.to_string())

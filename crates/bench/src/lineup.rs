@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
-use apiway_test_support::peers::{free_port, proc_memory, process_tree, Haproxy, Nginx, NGINX_STREAM_MODULE};
+use apiway_test_support::peers::{
+    free_port, proc_memory, process_tree, Haproxy, Nginx, NGINX_STREAM_MODULE,
+};
 use tempfile::TempDir;
 use tokio::time::Instant;
 
@@ -397,8 +399,7 @@ frontend bench
     tcp-request inspect-delay 5s
     tcp-request content accept if {{ req.ssl_hello_type 1 }}
     use_backend %[req.ssl_sni,lower,map({map})]
-"
-        ,
+",
         map = map.display()
     );
     for route in routes {
@@ -462,7 +463,10 @@ mod tests {
         vec![Route::new(
             "main",
             "api.bench.example.com",
-            &["127.0.0.1:7001".parse().unwrap(), "127.0.0.1:7002".parse().unwrap()],
+            &[
+                "127.0.0.1:7001".parse().unwrap(),
+                "127.0.0.1:7002".parse().unwrap(),
+            ],
         )]
     }
 

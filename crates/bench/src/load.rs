@@ -66,7 +66,10 @@ pub async fn upload(
     match read {
         Ok(Ok(())) => Ok(Measurement::decode(&answer)),
         Ok(Err(e)) => Err(e).context("reading the backend's measurement"),
-        Err(_) => bail!("no measurement from the backend within {:?}", window + EXCHANGE_TIMEOUT),
+        Err(_) => bail!(
+            "no measurement from the backend within {:?}",
+            window + EXCHANGE_TIMEOUT
+        ),
     }
 }
 
@@ -147,7 +150,10 @@ pub async fn plain_exchange(addr: SocketAddr, request: &[u8]) -> Result<Duration
     let started = Instant::now();
     let exchange = async {
         let mut stream = connect(addr).await.map_err(|_| Failure::Connect)?;
-        stream.write_all(request).await.map_err(|e| Failure::of(&e))?;
+        stream
+            .write_all(request)
+            .await
+            .map_err(|e| Failure::of(&e))?;
         let mut answer = [0u8; RESPONSE_LEN];
         stream
             .read_exact(&mut answer)
@@ -205,7 +211,10 @@ pub async fn open_echo(addr: SocketAddr, hello: &[u8]) -> Result<TcpStream> {
         head.extend_from_slice(&ping);
         stream.write_all(&head).await.context("sending")?;
         let mut pong = [0u8; 64];
-        stream.read_exact(&mut pong).await.context("reading the echo")?;
+        stream
+            .read_exact(&mut pong)
+            .await
+            .context("reading the echo")?;
         if pong != ping {
             bail!("the echo came back different");
         }
@@ -235,7 +244,13 @@ impl Stream {
     ) -> Result<Stream> {
         let stream = open_echo(addr, hello).await?;
         let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(stream_both_ways(stream, chunk, pace, stop.clone(), progress));
+        let task = tokio::spawn(stream_both_ways(
+            stream,
+            chunk,
+            pace,
+            stop.clone(),
+            progress,
+        ));
         Ok(Stream { stop, task })
     }
 

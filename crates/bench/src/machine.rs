@@ -14,7 +14,10 @@ pub fn facts(apiway: &Path) -> Vec<(String, String)> {
                 .map(|n| n.to_string())
                 .unwrap_or_else(|_| "?".into()),
         ),
-        ("kernel".to_string(), read_trimmed("/proc/sys/kernel/osrelease")),
+        (
+            "kernel".to_string(),
+            read_trimmed("/proc/sys/kernel/osrelease"),
+        ),
         ("cpu".to_string(), cpu_model()),
         ("memory".to_string(), mem_total()),
         (
@@ -26,8 +29,14 @@ pub fn facts(apiway: &Path) -> Vec<(String, String)> {
                 .join(" "),
         ),
     ];
-    facts.push(("apiway".to_string(), version_line(apiway.as_os_str(), &["--version"])));
-    facts.push(("HAProxy".to_string(), version_line("haproxy".as_ref(), &["-v"])));
+    facts.push((
+        "apiway".to_string(),
+        version_line(apiway.as_os_str(), &["--version"]),
+    ));
+    facts.push((
+        "HAProxy".to_string(),
+        version_line("haproxy".as_ref(), &["-v"]),
+    ));
     facts.push(("nginx".to_string(), version_line("nginx".as_ref(), &["-v"])));
     facts.push(("git".to_string(), git_describe()));
     facts
@@ -119,7 +128,11 @@ fn utc_now() -> String {
         .map_or(0, |d| d.as_secs());
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", rem / 3600, rem % 3600 / 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 /// Howard Hinnant's days-to-date algorithm.

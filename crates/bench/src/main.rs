@@ -46,7 +46,11 @@ struct Cli {
     #[arg(long)]
     apiway: Option<PathBuf>,
     /// Contenders (comma-separated): apiway, haproxy, nginx, direct.
-    #[arg(long, value_delimiter = ',', default_value = "apiway,haproxy,nginx,direct")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "apiway,haproxy,nginx,direct"
+    )]
     contenders: Vec<String>,
     /// Threads each proxy gets: HAProxy `nbthread`, nginx
     /// `worker_processes`, apiway tokio worker threads.
@@ -59,7 +63,10 @@ struct Cli {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -142,7 +149,15 @@ async fn run(cli: Cli) -> Result<bool> {
         reports.push((name.clone(), result));
     }
 
-    let markdown = render(&cli.quick, &settings, &facts, nofile, &contenders, &reports, started);
+    let markdown = render(
+        &cli.quick,
+        &settings,
+        &facts,
+        nofile,
+        &contenders,
+        &reports,
+        started,
+    );
     println!("{markdown}");
     if let Some(path) = &cli.output {
         std::fs::write(path, &markdown).with_context(|| format!("writing {}", path.display()))?;

@@ -143,7 +143,11 @@ pub fn markdown_table(rows: &[Row], contenders: &[Contender]) -> String {
             Better::Higher => "↑",
             Better::Lower => "↓",
         };
-        let _ = write!(out, "| {} | {} {arrow} | {} |", row.scenario, row.metric, row.unit);
+        let _ = write!(
+            out,
+            "| {} | {} {arrow} | {} |",
+            row.scenario, row.metric, row.unit
+        );
         for c in contenders {
             match row.values.get(c) {
                 Some(v) => {
@@ -222,7 +226,10 @@ mod tests {
         row.set(Contender::Apiway, 10.0);
         row.set(Contender::Haproxy, 5.0);
         let table = markdown_table(&[row], &Contender::ALL);
-        assert!(table.contains("| 10.00 | 5.00 | — | — | 2.00× | — | — |"), "{table}");
+        assert!(
+            table.contains("| 10.00 | 5.00 | — | — | 2.00× | — | — |"),
+            "{table}"
+        );
         assert!(table.contains("≥ 1.25× HAProxy | yes |"), "{table}");
     }
 

@@ -617,7 +617,10 @@ mod tests {
             assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:2");
         }
         let good = members.endpoints[1].clone();
-        assert_eq!(set.pick(std::slice::from_ref(&good)).unwrap().name(), "127.0.0.1:1");
+        assert_eq!(
+            set.pick(std::slice::from_ref(&good)).unwrap().name(),
+            "127.0.0.1:1"
+        );
         assert!(set.pick(&[good, bad.clone()]).is_none());
         bad.record_connect_success();
         assert!(bad.is_available());

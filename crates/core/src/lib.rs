@@ -12,6 +12,7 @@ pub mod dial;
 pub mod drain;
 pub mod duration;
 pub mod endpoint;
+pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod metrics;

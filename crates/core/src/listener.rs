@@ -10,10 +10,13 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use apiway_relay::KeepaliveConfig;
+
 use crate::drain::Drain;
 
-/// Binds a TCP listener with `SO_REUSEADDR` and a deep backlog; the error
-/// names the address and the likely fix.
+/// Binds a TCP listener with `SO_REUSEADDR`, a deep backlog, and the default
+/// keepalive and `TCP_NODELAY` for the sockets it accepts; the error names
+/// the address and the likely fix.
 pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     let inner = || -> std::io::Result<TcpListener> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -22,6 +25,16 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
             socket.set_only_v6(true)?;
         }
         socket.set_nonblocking(true)?;
+        // Accepted sockets inherit these (Linux copies a listening socket's
+        // options), which saves every connection its own system calls.
+        let keepalive = KeepaliveConfig::default();
+        socket.set_tcp_keepalive(
+            &socket2::TcpKeepalive::new()
+                .with_time(keepalive.idle)
+                .with_interval(keepalive.interval)
+                .with_retries(keepalive.retries),
+        )?;
+        socket.set_tcp_nodelay(true)?;
         socket.bind(&addr.into())?;
         socket.listen(4096)?;
         TcpListener::from_std(socket.into())
@@ -144,6 +157,21 @@ mod tests {
         assert!(slots.try_take().is_some());
         slots.set_max(0);
         assert!(slots.try_take().is_none());
+    }
+
+    #[tokio::test]
+    async fn accepted_sockets_inherit_keepalive_and_nodelay() {
+        let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = l.local_addr().unwrap();
+        let (_client, accepted) = tokio::join!(TcpStream::connect(addr), l.accept());
+        let (accepted, _) = accepted.unwrap();
+        let sock = socket2::SockRef::from(&accepted);
+        let want = KeepaliveConfig::default();
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), want.idle);
+        assert_eq!(sock.tcp_keepalive_interval().unwrap(), want.interval);
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), want.retries);
+        assert!(sock.tcp_nodelay().unwrap());
     }
 
     #[tokio::test]

@@ -5,7 +5,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use apiway_core::dial::Connected;
+use apiway_core::forward::ForwardError;
 use apiway_core::listener::Slot;
+use apiway_core::relay::RelayConfig;
 use apiway_wire::sni::{self, AlertDescription, ClientHello, SniError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,7 +19,7 @@ use crate::gateway::{Gateway, ListenerState};
 pub(crate) async fn serve(
     gateway: Arc<Gateway>,
     listener: Arc<ListenerState>,
-    mut client: TcpStream,
+    client: TcpStream,
     peer: SocketAddr,
     slot: Slot,
 ) {
@@ -27,8 +30,30 @@ pub(crate) async fn serve(
         handles.open.dec();
     });
     let _slot = slot;
-    let spec = listener.spec.load_full();
+    // Boxed: the hello, routing and dial phases need far more state than
+    // the relay, and an idle connection should only pay for the relay.
+    let Some((client, connected, relay_config, route_name)) =
+        Box::pin(prepare(&gateway, &listener, client, peer)).await
+    else {
+        return;
+    };
+    let backend = connected.lease.endpoint().clone();
+    let outcome = apiway_core::forward::relay(client, connected, &relay_config).await;
+    tracing::debug!(%peer, route = %route_name, backend = backend.name(), ?outcome, "connection closed");
+}
 
+type Prepared = (TcpStream, Connected, RelayConfig, Arc<str>);
+
+/// Reads the ClientHello, routes it, connects a backend and replays the
+/// hello; `None` when the connection was answered and closed instead.
+async fn prepare(
+    gateway: &Gateway,
+    listener: &ListenerState,
+    mut client: TcpStream,
+    peer: SocketAddr,
+) -> Option<Prepared> {
+    let handles = &listener.handles;
+    let spec = listener.spec.load_full();
     let mut hello_bytes = Vec::new();
     let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
     let hello = match tokio::time::timeout(spec.client_hello_timeout, read).await {
@@ -39,12 +64,12 @@ pub(crate) async fn serve(
             if let Some(alert) = alert {
                 send_alert(&mut client, alert).await;
             }
-            return;
+            return None;
         }
         Err(_) => {
             tracing::debug!(%peer, listener = %spec.name, "ClientHello timed out; closing");
             handles.hello_timeouts.inc();
-            return;
+            return None;
         }
     };
     drop(spec);
@@ -58,43 +83,24 @@ pub(crate) async fn serve(
         tracing::debug!(%peer, sni = ?hello.server_name, reason, "no route; sending unrecognized_name");
         handles.no_route(reason).inc();
         send_alert(&mut client, AlertDescription::UnrecognizedName).await;
-        return;
+        return None;
     };
     route.routed.inc();
-    // Idle connections must hold nothing they no longer need.
     drop(hello);
 
-    let connected = match apiway_core::dial::connect(&route.set, route.connect_timeout).await {
-        Ok(c) => c,
-        Err(e) => {
+    match apiway_core::forward::open(&route.set, route.connect_timeout, &hello_bytes).await {
+        Ok(connected) => Some((client, connected, route.relay.clone(), route.name_arc())),
+        Err(ForwardError::Unavailable(e)) => {
             tracing::warn!(%peer, route = route.name(), "closing client: {e}");
             route.unavailable.inc();
             send_alert(&mut client, AlertDescription::InternalError).await;
-            return;
+            None
         }
-    };
-    let mut backend = connected.stream;
-    if let Err(e) = backend.write_all(&hello_bytes).await {
-        tracing::debug!(%peer, backend = %connected.peer, error = %e, "backend closed before the ClientHello was replayed");
-        return;
+        Err(e) => {
+            tracing::debug!(%peer, route = route.name(), "{e}");
+            None
+        }
     }
-    // These bytes went around the relay; count them as it would.
-    connected
-        .lease
-        .endpoint()
-        .metrics()
-        .to_backend
-        .inc_by(hello_bytes.len() as u64);
-    drop(hello_bytes);
-    let relay_config = route.relay.clone();
-    let route_name = route.name_arc();
-    drop(route);
-
-    let endpoint = connected.lease.endpoint().clone();
-    let outcome =
-        apiway_core::relay::relay(client, backend, &relay_config, endpoint.metrics()).await;
-    drop(connected.lease);
-    tracing::debug!(%peer, route = %route_name, backend = endpoint.name(), ?outcome, "connection closed");
 }
 
 /// Reads until the buffer holds a whole ClientHello. The error is the metric

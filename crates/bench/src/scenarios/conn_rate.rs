@@ -87,7 +87,13 @@ pub async fn run(settings: &Settings, mode: Mode) -> Result<ScenarioReport> {
 
     for &c in &contenders {
         let target = lineup.target(c, sni)?;
-        let _ = trial(target, &client, settings.workers, Duration::from_millis(300)).await;
+        let _ = trial(
+            target,
+            &client,
+            settings.workers,
+            Duration::from_millis(300),
+        )
+        .await;
     }
     for round in 0..settings.rounds {
         for c in rotated(&contenders, round) {
@@ -190,7 +196,9 @@ async fn trial(
             while Instant::now() < deadline {
                 let outcome = match &client {
                     Client::Plain(request) => load::plain_exchange(target, request).await,
-                    Client::Tls(connector, name) => load::tls_exchange(target, connector, name).await,
+                    Client::Tls(connector, name) => {
+                        load::tls_exchange(target, connector, name).await
+                    }
                 };
                 match outcome {
                     Ok(took) => {

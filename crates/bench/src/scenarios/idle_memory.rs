@@ -27,10 +27,28 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
     let n = settings.idle_connections;
 
     let mut report = ScenarioReport::default();
-    let mut per_conn = Row::new("idle_memory", &format!("PSS per idle connection ({n} open)"), "bytes", Better::Lower, 0)
-        .target(Target::AtMost(2048.0));
-    let mut fds_row = Row::new("idle_memory", "file descriptors per connection", "fds", Better::Lower, 2);
-    let mut base_row = Row::new("idle_memory", "PSS with no connections", "KiB", Better::Lower, 0);
+    let mut per_conn = Row::new(
+        "idle_memory",
+        &format!("PSS per idle connection ({n} open)"),
+        "bytes",
+        Better::Lower,
+        0,
+    )
+    .target(Target::AtMost(2048.0));
+    let mut fds_row = Row::new(
+        "idle_memory",
+        "file descriptors per connection",
+        "fds",
+        Better::Lower,
+        2,
+    );
+    let mut base_row = Row::new(
+        "idle_memory",
+        "PSS with no connections",
+        "KiB",
+        Better::Lower,
+        0,
+    );
     for c in lineup.proxies() {
         match measure(&lineup, c, &hello, n).await {
             Ok(m) => {

@@ -56,7 +56,13 @@ async fn check_routes(lineup: &Lineup, contender: Contender, request: &[u8]) -> 
     load::plain_exchange(target, request)
         .await
         .map(|_| ())
-        .map_err(|f| anyhow::anyhow!("{} does not route after the change: {}", contender.label(), f.label()))
+        .map_err(|f| {
+            anyhow::anyhow!(
+                "{} does not route after the change: {}",
+                contender.label(),
+                f.label()
+            )
+        })
 }
 
 async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
@@ -69,8 +75,20 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
     let proxies = lineup.proxies();
     let mut report = ScenarioReport::default();
 
-    let mut start_row = Row::new("reload", &format!("start with {n} routes"), "ms", Better::Lower, 0);
-    let mut memory_row = Row::new("reload", &format!("PSS with {n} routes"), "MiB", Better::Lower, 1);
+    let mut start_row = Row::new(
+        "reload",
+        &format!("start with {n} routes"),
+        "ms",
+        Better::Lower,
+        0,
+    );
+    let mut memory_row = Row::new(
+        "reload",
+        &format!("PSS with {n} routes"),
+        "MiB",
+        Better::Lower,
+        1,
+    );
     for &c in &proxies {
         check_routes(&lineup, c, &request).await?;
         if let Some(t) = lineup.start_time(c) {
@@ -83,7 +101,9 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
     let mut walls: BTreeMap<Contender, Vec<f64>> = BTreeMap::new();
     for variant in 1..=settings.big_reloads {
         for &c in &proxies {
-            let timed = lineup.reload(c, big_routes(backend.addr(), n, variant)).await?;
+            let timed = lineup
+                .reload(c, big_routes(backend.addr(), n, variant))
+                .await?;
             check_routes(&lineup, c, &request).await?;
             if let Some(apply) = timed.apply {
                 applies.push(apply.as_secs_f64() * 1000.0);
@@ -147,10 +167,22 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
 fn small_routes(live: SocketAddr, others: [SocketAddr; 2], i: usize) -> Vec<Route> {
     let mut routes = vec![Route::new("main", SNI, &[live])];
     let extra_present = (i / 2 + i % 2) % 2 == 1;
-    let other_backends: &[SocketAddr] = if (i / 2) % 2 == 1 { &others } else { &others[..1] };
-    routes.push(Route::new("other", "other.clusters.example.com", other_backends));
+    let other_backends: &[SocketAddr] = if (i / 2) % 2 == 1 {
+        &others
+    } else {
+        &others[..1]
+    };
+    routes.push(Route::new(
+        "other",
+        "other.clusters.example.com",
+        other_backends,
+    ));
     if extra_present {
-        routes.push(Route::new("extra", "extra.clusters.example.com", &others[1..]));
+        routes.push(Route::new(
+            "extra",
+            "extra.clusters.example.com",
+            &others[1..],
+        ));
     }
     routes
 }
@@ -181,7 +213,13 @@ async fn under_traffic(settings: &Settings) -> Result<ScenarioReport> {
         0,
     )
     .target(Target::AtMost(0.0));
-    let mut wall_row = Row::new("reload", "reload under traffic, wall time", "ms", Better::Lower, 1);
+    let mut wall_row = Row::new(
+        "reload",
+        "reload under traffic, wall time",
+        "ms",
+        Better::Lower,
+        1,
+    );
 
     for c in lineup.proxies() {
         let target = lineup.target(c, SNI)?;
@@ -189,8 +227,14 @@ async fn under_traffic(settings: &Settings) -> Result<ScenarioReport> {
         let mut streams = Vec::new();
         for _ in 0..settings.streams {
             streams.push(
-                Stream::start(target, &hello, 4096, Duration::from_millis(20), progress.clone())
-                    .await?,
+                Stream::start(
+                    target,
+                    &hello,
+                    4096,
+                    Duration::from_millis(20),
+                    progress.clone(),
+                )
+                .await?,
             );
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -220,7 +264,10 @@ async fn under_traffic(settings: &Settings) -> Result<ScenarioReport> {
         let mut reload_error = None;
         for i in 1..=reloads {
             let next = tokio::time::Instant::now() + RELOAD_EVERY;
-            match lineup.reload(c, small_routes(backend.addr(), others, i)).await {
+            match lineup
+                .reload(c, small_routes(backend.addr(), others, i))
+                .await
+            {
                 Ok(timed) => walls.push(timed.wall.as_secs_f64() * 1000.0),
                 Err(e) => {
                     reload_error = Some(format!("reload {i} failed: {e:#}"));
@@ -301,7 +348,10 @@ mod tests {
     #[test]
     fn small_configs_alternate_the_two_kinds_of_change() {
         let live: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let others: [SocketAddr; 2] = ["127.0.0.1:2".parse().unwrap(), "127.0.0.1:3".parse().unwrap()];
+        let others: [SocketAddr; 2] = [
+            "127.0.0.1:2".parse().unwrap(),
+            "127.0.0.1:3".parse().unwrap(),
+        ];
         let shape = |i| {
             let routes = small_routes(live, others, i);
             (routes.len(), routes[1].backends.len())

@@ -45,7 +45,15 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         let mut failed: BTreeMap<Contender, String> = BTreeMap::new();
         // A short untimed pass warms caches, pools and TCP autotuning.
         for &c in &contenders {
-            let _ = trial(&lineup, c, direction, &hello, &source, Duration::from_millis(300)).await;
+            let _ = trial(
+                &lineup,
+                c,
+                direction,
+                &hello,
+                &source,
+                Duration::from_millis(300),
+            )
+            .await;
         }
         for round in 0..settings.rounds {
             for c in rotated(&contenders, round) {
@@ -74,7 +82,11 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
                         );
                     }
                     Err(e) => {
-                        eprintln!("  throughput {} {}: FAILED {e:#}", direction.label(), c.label());
+                        eprintln!(
+                            "  throughput {} {}: FAILED {e:#}",
+                            direction.label(),
+                            c.label()
+                        );
                         failed.insert(c, format!("{e:#}"));
                     }
                 }
@@ -111,9 +123,11 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         }
         report.rows.push(cpu_row);
         for (c, e) in failed {
-            report
-                .notes
-                .push(format!("throughput {}: {} FAILED: {e}", direction.label(), c.label()));
+            report.notes.push(format!(
+                "throughput {}: {} FAILED: {e}",
+                direction.label(),
+                c.label()
+            ));
         }
     }
     Ok(report)
