@@ -179,13 +179,8 @@ pub struct Snapshot {
 /// Parses and validates a configuration file's text. The error is one line
 /// naming the problem and where it is.
 pub fn parse(text: &str) -> Result<Snapshot, String> {
-    let file: ConfigFile = serde_saphyr::from_str(text)
-        .map_err(|e| format!("invalid YAML: {}", one_line(&e.to_string())))?;
+    let file: ConfigFile = apiway_core::config_text::deserialize(text)?;
     validate(file)
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn socket_addr(field: &str, text: &str) -> Result<SocketAddr, String> {
