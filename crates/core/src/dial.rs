@@ -91,9 +91,16 @@ pub async fn connect_endpoint(
 ) -> Result<(TcpStream, SocketAddr), String> {
     let mut addrs = endpoint.resolved();
     if addrs.is_empty() {
-        addrs = endpoint
-            .resolve()
+        // Bounded: an unresolvable name must not hold a client for the
+        // resolver's own, much longer, retry schedule.
+        addrs = tokio::time::timeout(crate::health::DNS_TIMEOUT, endpoint.resolve())
             .await
+            .map_err(|_| {
+                format!(
+                    "cannot resolve: no answer within {:?}",
+                    crate::health::DNS_TIMEOUT
+                )
+            })?
             .map_err(|e| format!("cannot resolve: {e}"))?;
     }
     let mut last = String::from("no address");

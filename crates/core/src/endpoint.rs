@@ -25,6 +25,14 @@ pub enum Policy {
     LeastConnections,
     /// Each endpoint in turn.
     RoundRobin,
+    /// The endpoint with the lowest measured latency (an EWMA of the active
+    /// health check's connect + TLS + request time); endpoints not yet
+    /// measured come last, ties rotate.
+    LowestLatency,
+    /// An endpoint whose address is on a local interface first, then the
+    /// lowest measured latency: what a per-node agent wants, since an API
+    /// server on the same host is both fastest and shares the node's fate.
+    PreferLocalThenLatency,
 }
 
 /// Passive ejection: how long an endpoint sits out after connect failures.
@@ -46,7 +54,7 @@ impl Default for Ejection {
 }
 
 /// What an endpoint address names.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Host {
     /// A literal address.
     Ip(IpAddr),
@@ -55,7 +63,7 @@ pub enum Host {
 }
 
 /// An endpoint address as configured: `host:port`, `[v6]:port` or `ip:port`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Address {
     /// The host part.
     pub host: Host,
@@ -107,6 +115,16 @@ impl std::fmt::Display for Address {
     }
 }
 
+/// Whether `ip` is assigned to a local interface: binding a socket to it
+/// succeeds only then (unless `net.ipv4.ip_nonlocal_bind` is set, which
+/// would make every address look local). Loopback addresses are local.
+pub fn is_local_ip(ip: IpAddr) -> bool {
+    if ip.is_unspecified() || ip.is_multicast() {
+        return false;
+    }
+    std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
 /// Milliseconds since a process-wide epoch, so deadlines fit in an atomic.
 fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -126,6 +144,12 @@ pub struct Endpoint {
     up: AtomicBool,
     /// Deadline (see `now_ms`) until which passive ejection holds; 0 = none.
     ejected_until: AtomicU64,
+    /// EWMA of probe latency in microseconds; 0 = not measured yet.
+    latency_us: AtomicU64,
+    /// Whether one of the resolved addresses is on a local interface.
+    local: AtomicBool,
+    /// Whether the last DNS resolution failed (so failures log once).
+    dns_failed: AtomicBool,
     streaks: Mutex<Streaks>,
     metrics: BackendHandles,
 }
@@ -145,6 +169,7 @@ impl Endpoint {
             Host::Name(_) => Arc::from([]),
         };
         metrics.healthy.set(1);
+        let local = resolved.iter().any(|a| is_local_ip(a.ip()));
         Endpoint {
             name: address.to_string(),
             address,
@@ -152,6 +177,9 @@ impl Endpoint {
             active: AtomicUsize::new(0),
             up: AtomicBool::new(true),
             ejected_until: AtomicU64::new(0),
+            latency_us: AtomicU64::new(0),
+            local: AtomicBool::new(local),
+            dns_failed: AtomicBool::new(false),
             streaks: Mutex::new(Streaks::default()),
             metrics,
         }
@@ -219,7 +247,61 @@ impl Endpoint {
         if let Ok(mut g) = self.resolved.lock() {
             *g = found.clone();
         }
+        self.local
+            .store(found.iter().any(|a| is_local_ip(a.ip())), Ordering::Relaxed);
         Ok(found)
+    }
+
+    /// Records whether a DNS resolution failed; returns true when this
+    /// changes the previous outcome, so a caller can log transitions only.
+    pub fn note_dns_outcome(&self, failed: bool) -> bool {
+        self.dns_failed.swap(failed, Ordering::Relaxed) != failed
+    }
+
+    /// Whether one of the endpoint's addresses is on a local interface.
+    pub fn is_local(&self) -> bool {
+        self.local.load(Ordering::Relaxed)
+    }
+
+    /// Re-checks whether the endpoint's addresses are local (interfaces
+    /// change: an agent may add the address it serves).
+    pub fn refresh_locality(&self) {
+        let local = self.resolved().iter().any(|a| is_local_ip(a.ip()));
+        self.local.store(local, Ordering::Relaxed);
+    }
+
+    /// The measured latency (EWMA of probe times), once measured.
+    pub fn latency(&self) -> Option<Duration> {
+        match self.latency_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
+    }
+
+    /// Folds one probe's duration into the latency average. The weight of
+    /// a new sample (1/4) follows a change within a few probes without
+    /// letting one slow probe flip the choice.
+    pub fn record_latency(&self, sample: Duration) {
+        let sample = (sample.as_micros() as u64).max(1);
+        let old = self.latency_us.load(Ordering::Relaxed);
+        let new = if old == 0 {
+            sample
+        } else {
+            ((old * 3 + sample) / 4).max(1)
+        };
+        self.latency_us.store(new, Ordering::Relaxed);
+        self.metrics
+            .latency_seconds
+            .set(Duration::from_micros(new).as_secs_f64());
+    }
+
+    /// Ranking key for latency policies: lower is better; unmeasured last.
+    fn latency_rank(&self, prefer_local: bool) -> (bool, u64) {
+        let us = match self.latency_us.load(Ordering::Relaxed) {
+            0 => u64::MAX,
+            us => us,
+        };
+        (prefer_local && !self.is_local(), us)
     }
 
     fn streaks(&self) -> std::sync::MutexGuard<'_, Streaks> {
@@ -349,6 +431,49 @@ pub struct EndpointSetSpec {
     pub health_check: Option<HealthCheck>,
     /// Passive ejection.
     pub ejection: Ejection,
+}
+
+impl EndpointSetSpec {
+    /// The endpoints named by DNS.
+    pub fn names(&self) -> impl Iterator<Item = &Address> {
+        self.endpoints
+            .iter()
+            .filter(|a| matches!(a.host, Host::Name(_)))
+    }
+
+    /// This spec with every DNS name replaced by one endpoint per address
+    /// it resolved to (`resolved`), so each A/AAAA record gets its own
+    /// health, latency and ejection. A name missing from `resolved` (not
+    /// resolved yet, or never) stays as itself: an endpoint that is down
+    /// until it resolves. Duplicates are dropped, first one wins.
+    pub fn expand(
+        &self,
+        resolved: &std::collections::HashMap<Address, Vec<IpAddr>>,
+    ) -> EndpointSetSpec {
+        let mut endpoints: Vec<Address> = Vec::with_capacity(self.endpoints.len());
+        let mut push = |a: Address| {
+            if !endpoints.contains(&a) {
+                endpoints.push(a);
+            }
+        };
+        for address in &self.endpoints {
+            match (&address.host, resolved.get(address)) {
+                (Host::Name(_), Some(ips)) if !ips.is_empty() => {
+                    for ip in ips {
+                        push(Address {
+                            host: Host::Ip(*ip),
+                            port: address.port,
+                        });
+                    }
+                }
+                _ => push(address.clone()),
+            }
+        }
+        EndpointSetSpec {
+            endpoints,
+            ..self.clone()
+        }
+    }
 }
 
 /// The current members and settings of a set, swapped atomically.
@@ -514,6 +639,14 @@ impl EndpointSet {
                         best = Some(e);
                     }
                 }
+                Policy::LowestLatency | Policy::PreferLocalThenLatency => {
+                    let prefer_local = members.policy == Policy::PreferLocalThenLatency;
+                    if best
+                        .is_none_or(|b| e.latency_rank(prefer_local) < b.latency_rank(prefer_local))
+                    {
+                        best = Some(e);
+                    }
+                }
             }
         }
         best.or(fallback).cloned()
@@ -586,6 +719,131 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:3");
         }
+    }
+
+    fn measured(set: &EndpointSet, latencies_ms: &[u64]) {
+        for (e, ms) in set.members().endpoints.iter().zip(latencies_ms) {
+            if *ms > 0 {
+                e.record_latency(Duration::from_millis(*ms));
+            }
+        }
+    }
+
+    #[test]
+    fn lowest_latency_picks_the_fastest_and_fails_over_in_latency_order() {
+        let set = EndpointSet::new(
+            "r",
+            &spec(
+                &["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4"],
+                Policy::LowestLatency,
+            ),
+            BackendMetrics::default(),
+        );
+        // Unmeasured endpoints (the fourth) rank last.
+        measured(&set, &[30, 10, 20, 0]);
+        for _ in 0..5 {
+            assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:2");
+        }
+        let mut tried = Vec::new();
+        while let Some(e) = set.pick(&tried) {
+            tried.push(e);
+        }
+        let order: Vec<&str> = tried.iter().map(|e| e.name()).collect();
+        assert_eq!(
+            order,
+            ["127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:1", "127.0.0.1:4"]
+        );
+        // An ejected fast endpoint is skipped.
+        tried[0].record_connect_failure(&Ejection::default());
+        assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:3");
+    }
+
+    #[test]
+    fn latency_is_a_moving_average() {
+        let e = Endpoint::new(
+            Address::parse("127.0.0.1:1").unwrap(),
+            BackendHandles::default(),
+        );
+        assert_eq!(e.latency(), None);
+        e.record_latency(Duration::from_millis(40));
+        assert_eq!(e.latency(), Some(Duration::from_millis(40)));
+        e.record_latency(Duration::from_millis(0));
+        assert_eq!(e.latency(), Some(Duration::from_millis(30)));
+        assert!((e.metrics().latency_seconds.get() - 0.030).abs() < 1e-9);
+    }
+
+    #[test]
+    fn prefer_local_beats_latency() {
+        // 192.0.2.1 (TEST-NET-1) is never assigned here; 127.0.0.1 always is.
+        let set = EndpointSet::new(
+            "r",
+            &spec(
+                &["192.0.2.1:1", "127.0.0.1:2", "192.0.2.1:3"],
+                Policy::PreferLocalThenLatency,
+            ),
+            BackendMetrics::default(),
+        );
+        let members = set.members_full();
+        assert!(!members.endpoints[0].is_local());
+        assert!(members.endpoints[1].is_local());
+        measured(&set, &[1, 50, 5]);
+        for _ in 0..5 {
+            assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:2");
+        }
+        // Failover from the local one goes by latency.
+        let local = members.endpoints[1].clone();
+        assert_eq!(
+            set.pick(std::slice::from_ref(&local)).unwrap().name(),
+            "192.0.2.1:1"
+        );
+        // The same set without the preference takes the fastest.
+        set.apply(&spec(
+            &["192.0.2.1:1", "127.0.0.1:2", "192.0.2.1:3"],
+            Policy::LowestLatency,
+        ));
+        assert_eq!(set.pick(&[]).unwrap().name(), "192.0.2.1:1");
+    }
+
+    #[test]
+    fn local_addresses() {
+        assert!(is_local_ip("127.0.0.1".parse().unwrap()));
+        assert!(!is_local_ip("192.0.2.1".parse().unwrap()));
+        assert!(!is_local_ip("0.0.0.0".parse().unwrap()));
+    }
+
+    #[test]
+    fn expand_gives_every_record_its_own_endpoint() {
+        let s = spec(
+            &[
+                "api.example.com:6443",
+                "127.0.0.1:7",
+                "down.example.com:6443",
+            ],
+            Policy::PreferLocalThenLatency,
+        );
+        assert_eq!(s.names().count(), 2);
+        let mut resolved = std::collections::HashMap::new();
+        resolved.insert(
+            Address::parse("api.example.com:6443").unwrap(),
+            vec![
+                "10.0.0.1".parse().unwrap(),
+                "fd00::1".parse().unwrap(),
+                "127.0.0.1".parse().unwrap(),
+            ],
+        );
+        let e = s.expand(&resolved);
+        let names: Vec<String> = e.endpoints.iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "10.0.0.1:6443",
+                "[fd00::1]:6443",
+                "127.0.0.1:6443",
+                "127.0.0.1:7",
+                "down.example.com:6443"
+            ]
+        );
+        assert_eq!(e.policy, Policy::PreferLocalThenLatency);
     }
 
     #[test]

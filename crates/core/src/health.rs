@@ -152,6 +152,76 @@ impl HealthCheckConfig {
 /// How often DNS names are re-resolved when no health check is configured.
 pub const DNS_REFRESH: Duration = Duration::from_secs(10);
 
+/// How long one DNS resolution may take.
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Keeps `set`'s membership in step with DNS: every `interval` each name in
+/// `template` is resolved and the set gets one endpoint per address
+/// ([`EndpointSetSpec::expand`]), so every A/AAAA record has its own health
+/// and latency. A name that stops resolving keeps its last addresses; one
+/// that never resolved stays a single endpoint that is down until it does.
+/// Endpoints whose address stays keep their state across changes. Runs
+/// until `stop` fires or the set is dropped; returns at once when the
+/// template has no names.
+///
+/// [`EndpointSetSpec::expand`]: crate::endpoint::EndpointSetSpec::expand
+pub fn spawn_resolver(
+    set: &Arc<EndpointSet>,
+    template: crate::endpoint::EndpointSetSpec,
+    interval: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<EndpointSet> = Arc::downgrade(set);
+    tokio::spawn(async move {
+        let names: Vec<crate::endpoint::Address> = template.names().cloned().collect();
+        if names.is_empty() {
+            return;
+        }
+        let mut known: std::collections::HashMap<crate::endpoint::Address, Vec<std::net::IpAddr>> =
+            std::collections::HashMap::new();
+        let mut applied: Option<crate::endpoint::EndpointSetSpec> = None;
+        loop {
+            for name in &names {
+                let crate::endpoint::Host::Name(host) = &name.host else {
+                    continue;
+                };
+                let lookup = tokio::net::lookup_host((host.as_str(), name.port));
+                let ips: Option<Vec<std::net::IpAddr>> =
+                    match tokio::time::timeout(DNS_TIMEOUT, lookup).await {
+                        Ok(Ok(found)) => {
+                            let mut ips: Vec<std::net::IpAddr> = Vec::new();
+                            for a in found {
+                                if !ips.contains(&a.ip()) {
+                                    ips.push(a.ip());
+                                }
+                            }
+                            (!ips.is_empty()).then_some(ips)
+                        }
+                        _ => None,
+                    };
+                if let Some(mut ips) = ips {
+                    // Resolvers rotate answers; a stable order keeps the set
+                    // (and its metrics) from churning.
+                    ips.sort();
+                    known.insert(name.clone(), ips);
+                }
+            }
+            let expanded = template.expand(&known);
+            if applied.as_ref() != Some(&expanded) {
+                let Some(set) = weak.upgrade() else { return };
+                let list: Vec<String> = expanded.endpoints.iter().map(|a| a.to_string()).collect();
+                tracing::info!(set = set.name(), endpoints = ?list, "endpoints from DNS");
+                set.apply(&expanded);
+                applied = Some(expanded);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    })
+}
+
 /// Whether a set needs a checker task: it has an active health check or an
 /// endpoint named by DNS (re-resolved). Sets of literal addresses with no
 /// check need none, which keeps 10,000 plain routes cheap.
@@ -199,15 +269,43 @@ pub fn spawn_checker(
 }
 
 async fn check_endpoint(endpoint: &Arc<Endpoint>, check: Option<&HealthCheck>) {
-    if let Err(e) = endpoint.resolve().await {
-        tracing::warn!(backend = endpoint.name(), error = %e, "DNS resolution failed; keeping the previous addresses");
+    let resolved = tokio::time::timeout(DNS_TIMEOUT, endpoint.resolve())
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {DNS_TIMEOUT:?}"),
+            ))
+        });
+    match resolved {
+        // Logged when the outcome changes, not every round: an unresolvable
+        // name would otherwise fill the log.
+        Err(e) if endpoint.note_dns_outcome(true) => {
+            if endpoint.resolved().is_empty() {
+                tracing::warn!(backend = endpoint.name(), error = %e, "DNS resolution failed; the endpoint is down until it resolves");
+            } else {
+                tracing::warn!(backend = endpoint.name(), error = %e, "DNS resolution failed; keeping the previous addresses");
+            }
+        }
+        Err(_) => {}
+        Ok(_) => {
+            if endpoint.note_dns_outcome(false) {
+                tracing::info!(backend = endpoint.name(), "DNS resolution works again");
+            }
+            // Interfaces change (an agent adds the address it serves).
+            endpoint.refresh_locality();
+        }
     }
     let Some(check) = check else { return };
+    let started = std::time::Instant::now();
     let result = match tokio::time::timeout(check.timeout, probe(endpoint, check)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {:?}", check.timeout)),
     };
     let ok = result.is_ok();
+    if ok {
+        endpoint.record_latency(started.elapsed());
+    }
     if let Some(up) = endpoint.record_check(ok, check) {
         match (&result, up) {
             (_, true) => {

@@ -47,6 +47,8 @@ pub struct BackendMetrics {
     pub bytes: Family<BytesLabels, Counter>,
     /// Active health checks, by result.
     pub health_checks: Family<HealthCheckLabels, Counter>,
+    /// Measured latency (EWMA of health probe times), in seconds.
+    pub latency_seconds: Family<BackendLabels, Gauge<f64, AtomicU64>>,
 }
 
 /// Labels of a health check result.
@@ -93,6 +95,11 @@ impl BackendMetrics {
             "Active health checks of the backend, by result",
             self.health_checks.clone(),
         );
+        registry.register(
+            "backend_latency_seconds",
+            "Measured latency of the backend: moving average of health probe times (connect, TLS, request)",
+            self.latency_seconds.clone(),
+        );
     }
 
     /// The handles of one backend, looked up once.
@@ -120,6 +127,7 @@ impl BackendMetrics {
             to_client: self.bytes.get_or_create_owned(&bytes("to_client")),
             checks_ok: self.health_checks.get_or_create_owned(&check("ok")),
             checks_failed: self.health_checks.get_or_create_owned(&check("failed")),
+            latency_seconds: self.latency_seconds.get_or_create_owned(&labels),
         }
     }
 
@@ -133,6 +141,7 @@ impl BackendMetrics {
         self.connections.remove(&labels);
         self.connect_failures.remove(&labels);
         self.healthy.remove(&labels);
+        self.latency_seconds.remove(&labels);
         for direction in ["to_backend", "to_client"] {
             self.bytes.remove(&BytesLabels {
                 route: route.to_owned(),
@@ -169,6 +178,8 @@ pub struct BackendHandles {
     pub checks_ok: Counter,
     /// Health checks that failed.
     pub checks_failed: Counter,
+    /// See [`BackendMetrics::latency_seconds`].
+    pub latency_seconds: Gauge<f64, AtomicU64>,
 }
 
 impl apiway_relay::Observer for BackendHandles {
