@@ -6,5 +6,6 @@
 #![forbid(unsafe_code)]
 
 pub mod altsvc;
+pub mod connect_response;
 pub mod proxy;
 pub mod sni;
