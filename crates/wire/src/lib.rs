@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod altsvc;
+pub mod connect;
 pub mod connect_response;
 pub mod proxy;
 pub mod sni;
