@@ -13,6 +13,9 @@ use apiway_core::health::HealthCheckConfig;
 use apiway_core::relay::{RelayConfig, RelayMode};
 use serde::Deserialize;
 
+use apiway_wire::connect::Authority;
+
+use crate::cidr::{Cidr, TrustedSources};
 use crate::router::{HostPattern, SniRouter};
 
 /// The configuration file as written.
@@ -65,6 +68,34 @@ pub struct DrainConfig {
 pub enum ListenerKind {
     /// TLS passthrough routed by SNI.
     Tls,
+    /// A PROXY protocol header (v1 or v2) from a trusted sender, routed by
+    /// the original destination it names.
+    Proxy,
+    /// HTTP/1.1 `CONNECT host:port`, routed by that authority.
+    Connect,
+}
+
+/// Whether a `tls` listener reads a PROXY header before the ClientHello.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProxyProtocolMode {
+    /// Never: the first byte belongs to the ClientHello.
+    #[default]
+    Off,
+    /// A trusted source may send one; its first bytes tell.
+    Optional,
+    /// A trusted source must send one; others are closed unread.
+    Required,
+}
+
+/// The PROXY header a route sends to its backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendProxyProtocol {
+    /// The text line, `PROXY TCP4 ...`.
+    V1,
+    /// The binary header.
+    V2,
 }
 
 /// `listeners[]`
@@ -75,7 +106,7 @@ pub struct ListenerConfig {
     pub name: String,
     /// `ip:port` to listen on.
     pub address: String,
-    /// `tls`.
+    /// `tls`, `proxy` or `connect`.
     pub kind: ListenerKind,
     /// Open connections allowed; more are closed at once (default 10000).
     #[serde(default)]
@@ -86,6 +117,22 @@ pub struct ListenerConfig {
     /// Largest ClientHello accepted, in bytes (default 16384).
     #[serde(default)]
     pub max_client_hello_bytes: Option<usize>,
+    /// `tls` only: `off` (default), `optional` or `required`.
+    #[serde(default)]
+    pub proxy_protocol: Option<ProxyProtocolMode>,
+    /// Networks whose PROXY headers are believed (`proxy` listeners, and
+    /// `tls` ones with `proxy_protocol`).
+    #[serde(default)]
+    pub trusted_sources: Option<Vec<String>>,
+    /// Time a trusted source has to send its PROXY header(s) (default 3s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub proxy_header_timeout: Option<Duration>,
+    /// `connect` only: time a client has to send its request head (default 10s).
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub request_timeout: Option<Duration>,
+    /// `connect` only: largest request head accepted, in bytes (default 8192).
+    #[serde(default)]
+    pub max_request_bytes: Option<usize>,
 }
 
 /// `routes[]`
@@ -97,6 +144,15 @@ pub struct RouteConfig {
     /// Exact names and `*.suffix` wildcards matched against the SNI.
     #[serde(default)]
     pub hostnames: Vec<String>,
+    /// Original destinations (`ip:port`) matched on `proxy` listeners.
+    #[serde(default)]
+    pub destinations: Vec<String>,
+    /// `host:port` authorities matched on `connect` listeners.
+    #[serde(default)]
+    pub connect_authorities: Vec<String>,
+    /// Send a PROXY header (`v1` or `v2`) to the backend first (default: none).
+    #[serde(default)]
+    pub send_proxy_protocol: Option<SendProxyProtocol>,
     /// Backends (API servers).
     pub backends: Vec<BackendConfig>,
     /// Active health check.
@@ -142,6 +198,16 @@ pub struct ListenerSpec {
     pub client_hello_timeout: Duration,
     /// ClientHello size limit.
     pub max_client_hello_bytes: usize,
+    /// Whether a PROXY header comes first (`Required` for `proxy` listeners).
+    pub proxy_protocol: ProxyProtocolMode,
+    /// Senders whose PROXY headers are believed.
+    pub trusted_sources: TrustedSources,
+    /// PROXY header timeout.
+    pub proxy_header_timeout: Duration,
+    /// CONNECT request head timeout.
+    pub request_timeout: Duration,
+    /// CONNECT request head size limit.
+    pub max_request_bytes: usize,
 }
 
 /// A validated route.
@@ -155,6 +221,8 @@ pub struct RouteSpec {
     pub connect_timeout: Duration,
     /// Relay settings.
     pub relay: RelayConfig,
+    /// PROXY header sent to backends.
+    pub send_proxy_protocol: Option<SendProxyProtocol>,
 }
 
 /// A validated configuration, ready to apply.
@@ -168,6 +236,10 @@ pub struct Snapshot {
     pub routes: Vec<RouteSpec>,
     /// SNI to route index.
     pub router: SniRouter,
+    /// Original destination to route index (`proxy` listeners).
+    pub destinations: HashMap<SocketAddr, usize>,
+    /// CONNECT authority to route index (`connect` listeners).
+    pub authorities: HashMap<Authority, usize>,
     /// Route index for no SNI / no match; `None` rejects.
     pub default_route: Option<usize>,
     /// Shutdown timing.
@@ -181,6 +253,126 @@ pub struct Snapshot {
 pub fn parse(text: &str) -> Result<Snapshot, String> {
     let file: ConfigFile = apiway_core::config_text::deserialize(text)?;
     validate(file)
+}
+
+/// How destinations are compared: an IPv4-mapped IPv6 address (what a
+/// dual-stack sender may put in a `TCP6` header) is its IPv4 address, and
+/// IPv6 flow info and scope are not part of it.
+pub fn destination_key(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => SocketAddr::from((*v6.ip(), v6.port())),
+        },
+        v4 => v4,
+    }
+}
+
+/// The validated fields that depend on a listener's kind.
+struct KindFields {
+    proxy_protocol: ProxyProtocolMode,
+    trusted_sources: TrustedSources,
+    proxy_header_timeout: Duration,
+    request_timeout: Duration,
+    max_request_bytes: usize,
+}
+
+/// Checks that a listener sets only the fields its kind reads (a field
+/// that would be ignored is more likely a mistake than a wish).
+fn kind_fields(l: &ListenerConfig, at: &str) -> Result<KindFields, String> {
+    let only = |set: bool, field: &str, kinds: &str| {
+        if set {
+            Err(format!(
+                "{at}.{field} applies to kind: {kinds} only; remove it or change the kind"
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    let is = |k: ListenerKind| l.kind == k;
+    only(
+        !is(ListenerKind::Tls) && l.client_hello_timeout.is_some(),
+        "client_hello_timeout",
+        "tls",
+    )?;
+    only(
+        !is(ListenerKind::Tls) && l.max_client_hello_bytes.is_some(),
+        "max_client_hello_bytes",
+        "tls",
+    )?;
+    only(
+        !is(ListenerKind::Connect) && l.request_timeout.is_some(),
+        "request_timeout",
+        "connect",
+    )?;
+    only(
+        !is(ListenerKind::Connect) && l.max_request_bytes.is_some(),
+        "max_request_bytes",
+        "connect",
+    )?;
+    let proxy_protocol = match (l.kind, l.proxy_protocol) {
+        (ListenerKind::Tls, mode) => mode.unwrap_or_default(),
+        (ListenerKind::Proxy, None) => ProxyProtocolMode::Required,
+        (ListenerKind::Proxy, Some(_)) => {
+            return Err(format!(
+                "{at}.proxy_protocol: a proxy listener always requires the header; remove the field"
+            ))
+        }
+        (ListenerKind::Connect, mode) => {
+            only(mode.is_some(), "proxy_protocol", "tls")?;
+            ProxyProtocolMode::Off
+        }
+    };
+    let reads_headers = proxy_protocol != ProxyProtocolMode::Off;
+    if !reads_headers {
+        let hint = if is(ListenerKind::Tls) {
+            " (set proxy_protocol: optional or required to use it)"
+        } else {
+            ""
+        };
+        if l.trusted_sources.is_some() {
+            return Err(format!(
+                "{at}.trusted_sources: this listener reads no PROXY header{hint}"
+            ));
+        }
+        if l.proxy_header_timeout.is_some() {
+            return Err(format!(
+                "{at}.proxy_header_timeout: this listener reads no PROXY header{hint}"
+            ));
+        }
+    }
+    let mut networks = Vec::new();
+    for (j, text) in l.trusted_sources.iter().flatten().enumerate() {
+        networks.push(Cidr::parse(text).map_err(|e| format!("{at}.trusted_sources[{j}]: {e}"))?);
+    }
+    if reads_headers && networks.is_empty() {
+        return Err(format!(
+            "{at}.trusted_sources: list the networks of the load balancers or agents that send PROXY headers, like [\"10.0.0.0/8\"]"
+        ));
+    }
+    let proxy_header_timeout = l.proxy_header_timeout.unwrap_or(Duration::from_secs(3));
+    if proxy_header_timeout.is_zero() {
+        return Err(format!("{at}.proxy_header_timeout must be more than 0"));
+    }
+    let request_timeout = l.request_timeout.unwrap_or(Duration::from_secs(10));
+    if request_timeout.is_zero() {
+        return Err(format!("{at}.request_timeout must be more than 0"));
+    }
+    let max_request_bytes = l
+        .max_request_bytes
+        .unwrap_or(apiway_wire::connect::DEFAULT_MAX_HEAD_LEN);
+    if !(256..=65536).contains(&max_request_bytes) {
+        return Err(format!(
+            "{at}.max_request_bytes must be between 256 and 65536"
+        ));
+    }
+    Ok(KindFields {
+        proxy_protocol,
+        trusted_sources: TrustedSources::new(networks),
+        proxy_header_timeout,
+        request_timeout,
+        max_request_bytes,
+    })
 }
 
 fn socket_addr(field: &str, text: &str) -> Result<SocketAddr, String> {
@@ -229,6 +421,7 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
                 "{at}.max_client_hello_bytes must be between 512 and 1048576"
             ));
         }
+        let kind_fields = kind_fields(l, &at)?;
         listeners.push(ListenerSpec {
             name: l.name.clone(),
             address,
@@ -236,11 +429,18 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
             max_connections,
             client_hello_timeout: l.client_hello_timeout.unwrap_or(Duration::from_secs(10)),
             max_client_hello_bytes,
+            proxy_protocol: kind_fields.proxy_protocol,
+            trusted_sources: kind_fields.trusted_sources,
+            proxy_header_timeout: kind_fields.proxy_header_timeout,
+            request_timeout: kind_fields.request_timeout,
+            max_request_bytes: kind_fields.max_request_bytes,
         });
     }
 
     let mut routes = Vec::with_capacity(file.routes.len());
     let mut router = SniRouter::default();
+    let mut destinations: HashMap<SocketAddr, usize> = HashMap::new();
+    let mut authorities: HashMap<Authority, usize> = HashMap::new();
     let mut route_index = HashMap::with_capacity(file.routes.len());
     for (i, r) in file.routes.iter().enumerate() {
         let at = format!("routes[{i}] ({})", r.name);
@@ -258,6 +458,28 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
             if let Err(other) = router.insert(pattern, i) {
                 return Err(format!(
                     "{at}.hostnames[{j}]: `{h}` is already routed to {}",
+                    file.routes[other].name
+                ));
+            }
+        }
+        for (j, d) in r.destinations.iter().enumerate() {
+            let field = format!("{at}.destinations[{j}]");
+            let destination = destination_key(socket_addr(&field, d)?);
+            if let Some(other) = destinations.insert(destination, i) {
+                return Err(format!(
+                    "{field}: {d} is already routed to {} (a destination may belong to one route only)",
+                    file.routes[other].name
+                ));
+            }
+        }
+        for (j, a) in r.connect_authorities.iter().enumerate() {
+            let field = format!("{at}.connect_authorities[{j}]");
+            let authority = Authority::parse(a).map_err(|e| {
+                format!("{field}: `{a}` is not host:port ({e}; write api.a.example.com:443)")
+            })?;
+            if let Some(other) = authorities.insert(authority, i) {
+                return Err(format!(
+                    "{field}: `{a}` is already routed to {} (an authority may belong to one route only)",
                     file.routes[other].name
                 ));
             }
@@ -318,6 +540,7 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
                 mode: RelayMode::Auto,
                 ..RelayConfig::default()
             },
+            send_proxy_protocol: r.send_proxy_protocol,
         });
     }
 
@@ -350,6 +573,8 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
         listeners,
         routes,
         router,
+        destinations,
+        authorities,
         default_route,
         drain,
         reload_interval,
@@ -434,5 +659,124 @@ default_route: reject             # or the name of a route
             .contains("routes[1] (c).health_check.ca_file: /nonexistent/ca.pem"));
         assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: tcp, interval: 1x}\n"))
             .contains("1x"));
+    }
+
+    const IN_CLUSTER: &str = r#"
+listeners:
+  - name: in-cluster
+    address: 127.0.0.1:8444
+    kind: proxy
+    trusted_sources: ["127.0.0.0/8", "10.0.0.0/8"]
+routes:
+  - name: cluster-a
+    hostnames: ["api.a.example.com"]
+    destinations: ["10.1.2.3:443"]
+    backends: [{ address: 127.0.0.1:7001 }]
+"#;
+
+    #[test]
+    fn the_in_cluster_example_parses() {
+        let s = parse(IN_CLUSTER).unwrap();
+        let l = &s.listeners[0];
+        assert_eq!(l.kind, ListenerKind::Proxy);
+        assert_eq!(l.proxy_protocol, ProxyProtocolMode::Required);
+        assert_eq!(l.proxy_header_timeout, Duration::from_secs(3));
+        assert!(l.trusted_sources.contains("10.9.8.7".parse().unwrap()));
+        assert!(!l.trusted_sources.contains("192.168.0.1".parse().unwrap()));
+        assert_eq!(
+            s.destinations.get(&"10.1.2.3:443".parse().unwrap()),
+            Some(&0)
+        );
+        assert_eq!(
+            s.destinations
+                .get(&destination_key("[::ffff:10.1.2.3]:443".parse().unwrap())),
+            Some(&0)
+        );
+    }
+
+    #[test]
+    fn new_kinds_check_their_fields() {
+        let one = |listener: &str, route: &str| {
+            parse(&format!(
+                "listeners: [{listener}]\nroutes:\n  - name: a\n    backends: [{{address: 127.0.0.1:7}}]\n{route}"
+            ))
+        };
+        let proxy = "{name: p, address: 127.0.0.1:1, kind: proxy, trusted_sources: [10.0.0.0/8]}";
+        assert!(one(proxy, "").is_ok());
+        assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy}", "")
+            .unwrap_err()
+            .contains("listeners[0] (p).trusted_sources: list the networks"));
+        assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy, trusted_sources: [10.0.0.1/8]}", "")
+            .unwrap_err()
+            .contains("listeners[0] (p).trusted_sources[0]: `10.0.0.1/8` has host bits set (write 10.0.0.0/8)"));
+        assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy, proxy_protocol: required, trusted_sources: [10.0.0.0/8]}", "")
+            .unwrap_err()
+            .contains("always requires the header"));
+        assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy, client_hello_timeout: 1s, trusted_sources: [10.0.0.0/8]}", "")
+            .unwrap_err()
+            .contains("client_hello_timeout applies to kind: tls only"));
+        assert!(one(
+            "{name: t, address: 127.0.0.1:1, kind: tls, trusted_sources: [10.0.0.0/8]}",
+            ""
+        )
+        .unwrap_err()
+        .contains("set proxy_protocol: optional or required"));
+        let s = one("{name: t, address: 127.0.0.1:1, kind: tls, proxy_protocol: optional, trusted_sources: [10.0.0.0/8], proxy_header_timeout: 500ms}", "").unwrap();
+        assert_eq!(s.listeners[0].proxy_protocol, ProxyProtocolMode::Optional);
+        assert_eq!(
+            s.listeners[0].proxy_header_timeout,
+            Duration::from_millis(500)
+        );
+        let s = one(
+            "{name: c, address: 127.0.0.1:1, kind: connect, request_timeout: 2s}",
+            "    connect_authorities: [API.A.example.com:443]\n    send_proxy_protocol: v2\n",
+        )
+        .unwrap();
+        assert_eq!(s.listeners[0].max_request_bytes, 8192);
+        assert_eq!(s.routes[0].send_proxy_protocol, Some(SendProxyProtocol::V2));
+        assert_eq!(
+            s.authorities
+                .get(&Authority::parse("api.a.example.com:443").unwrap()),
+            Some(&0)
+        );
+        assert!(one(
+            "{name: c, address: 127.0.0.1:1, kind: connect, trusted_sources: [10.0.0.0/8]}",
+            ""
+        )
+        .unwrap_err()
+        .contains("reads no PROXY header"));
+        assert!(one(
+            "{name: c, address: 127.0.0.1:1, kind: connect, max_request_bytes: 10}",
+            ""
+        )
+        .unwrap_err()
+        .contains("max_request_bytes must be between 256 and 65536"));
+        assert!(one(proxy, "    connect_authorities: [api.a.example.com]\n")
+            .unwrap_err()
+            .contains(
+                "routes[0] (a).connect_authorities[0]: `api.a.example.com` is not host:port"
+            ));
+        assert!(one(proxy, "    destinations: [10.1.2.3]\n")
+            .unwrap_err()
+            .contains("routes[0] (a).destinations[0]: `10.1.2.3` is not an ip:port"));
+        assert!(one(proxy, "    send_proxy_protocol: v3\n")
+            .unwrap_err()
+            .starts_with("invalid YAML"));
+        let two = |field: &str, a: &str, b: &str| {
+            parse(&format!(
+                "listeners: [{proxy}]\nroutes:\n  - name: a\n    {field}: [{a}]\n    backends: [{{address: 127.0.0.1:7}}]\n  - name: b\n    {field}: [{b}]\n    backends: [{{address: 127.0.0.1:8}}]\n"
+            ))
+        };
+        assert!(two("destinations", "10.1.2.3:443", "10.1.2.3:443")
+            .unwrap_err()
+            .contains("routes[1] (b).destinations[0]: 10.1.2.3:443 is already routed to a"));
+        assert!(
+            two("connect_authorities", "x.example:443", "X.Example.:443")
+                .unwrap_err()
+                .contains(
+                    "routes[1] (b).connect_authorities[0]: `X.Example.:443` is already routed to a"
+                )
+        );
+        assert!(two("destinations", "10.1.2.3:443", "10.1.2.3:6443").is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! The running gateway: listeners, the routing table, and how a new
 //! snapshot is applied without touching established connections.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -12,14 +13,15 @@ use apiway_core::listener::{self, Slots};
 use apiway_core::metrics::BackendMetrics;
 use apiway_core::relay::RelayConfig;
 use apiway_core::reload::ReloadMetrics;
+use apiway_wire::connect::Authority;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, ListenerSpec, RouteSpec, Snapshot};
-use crate::metrics::{GatewayMetrics, ListenerLabels, ReasonLabels, RouteLabels};
+use crate::config::{self, ListenerSpec, RouteSpec, SendProxyProtocol, Snapshot};
+use crate::metrics::{CodeLabels, GatewayMetrics, ListenerLabels, ReasonLabels, RouteLabels};
 use crate::router::SniRouter;
 
 /// A route as the data path sees it.
@@ -45,6 +47,11 @@ impl Route {
     pub(crate) fn name_arc(&self) -> Arc<str> {
         self.name.clone()
     }
+
+    /// The PROXY header this route sends its backends, if any.
+    pub(crate) fn send_proxy_protocol(&self) -> Option<SendProxyProtocol> {
+        self.spec.send_proxy_protocol
+    }
 }
 
 struct CheckerGuard(CancellationToken);
@@ -67,6 +74,8 @@ impl Drop for SetGuard {
 struct Table {
     routes: Vec<Arc<Route>>,
     router: SniRouter,
+    destinations: HashMap<SocketAddr, usize>,
+    authorities: HashMap<Authority, usize>,
     default_route: Option<usize>,
 }
 
@@ -78,6 +87,9 @@ pub(crate) struct ListenerHandles {
     pub(crate) rejected: Counter,
     pub(crate) open: Gauge,
     pub(crate) hello_timeouts: Counter,
+    pub(crate) untrusted: Counter,
+    pub(crate) proxy_header_timeouts: Counter,
+    pub(crate) stacked_proxy_headers: Counter,
 }
 
 impl ListenerHandles {
@@ -92,7 +104,32 @@ impl ListenerHandles {
             rejected: metrics.rejected.get_or_create_owned(&l),
             open: metrics.open.get_or_create_owned(&l),
             hello_timeouts: metrics.hello_timeouts.get_or_create_owned(&l),
+            untrusted: metrics.untrusted.get_or_create_owned(&l),
+            proxy_header_timeouts: metrics.proxy_header_timeouts.get_or_create_owned(&l),
+            stacked_proxy_headers: metrics.stacked_proxy_headers.get_or_create_owned(&l),
         }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn proxy_header_error(&self, reason: &'static str) -> Counter {
+        self.metrics
+            .proxy_header_errors
+            .get_or_create_owned(&ReasonLabels {
+                listener: self.name.clone(),
+                reason,
+            })
+    }
+
+    pub(crate) fn connect_response(&self, code: u16) -> Counter {
+        self.metrics
+            .connect_responses
+            .get_or_create_owned(&CodeLabels {
+                listener: self.name.clone(),
+                code,
+            })
     }
 
     pub(crate) fn hello_error(&self, reason: &'static str) -> Counter {
@@ -160,6 +197,8 @@ impl Gateway {
             table: ArcSwap::from_pointee(Table {
                 routes: Vec::new(),
                 router: SniRouter::default(),
+                destinations: HashMap::new(),
+                authorities: HashMap::new(),
                 default_route: None,
             }),
             listeners: Mutex::new(Vec::new()),
@@ -242,6 +281,26 @@ impl Gateway {
         table.routes.get(index).cloned()
     }
 
+    /// The route for an original destination (`proxy` listeners); the
+    /// default route when none lists it.
+    pub(crate) fn route_for_destination(&self, destination: SocketAddr) -> Option<Arc<Route>> {
+        let table = self.table.load();
+        let index = table
+            .destinations
+            .get(&config::destination_key(destination))
+            .copied()
+            .or(table.default_route)?;
+        table.routes.get(index).cloned()
+    }
+
+    /// The route for a CONNECT authority. No default: a tunnel goes only
+    /// where a route says it may.
+    pub(crate) fn route_for_authority(&self, authority: &Authority) -> Option<Arc<Route>> {
+        let table = self.table.load();
+        let index = *table.authorities.get(authority)?;
+        table.routes.get(index).cloned()
+    }
+
     /// Parses, validates and applies a configuration file's text.
     /// Returns the reload interval the new configuration asks for.
     pub fn reload(self: &Arc<Self>, text: &str) -> Result<std::time::Duration, String> {
@@ -281,7 +340,7 @@ impl Gateway {
         // 2. Routes: keep the endpoint sets (health, load) of routes whose
         //    name stays; rebuild only what changed.
         let old = self.table.load_full();
-        let by_name: std::collections::HashMap<&str, &Arc<Route>> =
+        let by_name: HashMap<&str, &Arc<Route>> =
             old.routes.iter().map(|r| (r.name(), r)).collect();
         let mut routes = Vec::with_capacity(snapshot.routes.len());
         for spec in snapshot.routes {
@@ -317,6 +376,8 @@ impl Gateway {
         self.table.store(Arc::new(Table {
             routes,
             router: snapshot.router,
+            destinations: snapshot.destinations,
+            authorities: snapshot.authorities,
             default_route: snapshot.default_route,
         }));
         drop(old);
@@ -402,13 +463,7 @@ impl Gateway {
                 }
             },
             move |stream, peer, slot| {
-                crate::sni_listener::serve(
-                    gateway.clone(),
-                    accept_state.clone(),
-                    stream,
-                    peer,
-                    slot,
-                )
+                crate::connection::serve(gateway.clone(), accept_state.clone(), stream, peer, slot)
             },
         ));
         RunningListener {

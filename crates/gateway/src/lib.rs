@@ -3,12 +3,20 @@
 //! A `kind: tls` listener reads the SNI from the TLS ClientHello without
 //! terminating TLS, picks the route, dials a healthy backend and relays the
 //! bytes untouched, so client-certificate authentication works end to end.
+//! A `kind: proxy` listener routes by the original destination a trusted
+//! sender's PROXY header names; a `kind: connect` listener routes HTTP
+//! `CONNECT host:port` tunnels by their authority.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod cidr;
 pub mod config;
+mod connect_listener;
+mod connection;
 mod gateway;
 pub mod metrics;
+mod proxy_header;
+mod proxy_listener;
 pub mod router;
 mod sni_listener;
 

@@ -22,6 +22,15 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// `listener` and `code` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    /// Listener name.
+    pub listener: String,
+    /// HTTP status code.
+    pub code: u16,
+}
+
 /// `route` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
@@ -38,8 +47,21 @@ pub struct GatewayMetrics {
     pub rejected: Family<ListenerLabels, Counter>,
     /// Connections open on the listener.
     pub open: Family<ListenerLabels, Gauge>,
-    /// Connections with no route (`no_sni`, `unknown_sni`).
+    /// Connections with no route (`no_sni`, `unknown_sni`,
+    /// `unknown_destination`, `local`, `unknown_authority`).
     pub no_route: Family<ReasonLabels, Counter>,
+    /// Connections from outside `trusted_sources` closed without reading
+    /// a PROXY header.
+    pub untrusted: Family<ListenerLabels, Counter>,
+    /// PROXY headers that could not be read (`not_proxy`, `malformed`,
+    /// `too_long`, `bad_checksum`, `unsupported`, `closed`, `io`).
+    pub proxy_header_errors: Family<ReasonLabels, Counter>,
+    /// Trusted sources that did not send their PROXY header in time.
+    pub proxy_header_timeouts: Family<ListenerLabels, Counter>,
+    /// Connections that carried two stacked PROXY headers.
+    pub stacked_proxy_headers: Family<ListenerLabels, Counter>,
+    /// Answers to CONNECT requests, by status code.
+    pub connect_responses: Family<CodeLabels, Counter>,
     /// ClientHellos that could not be read (`not_tls`, `malformed`, `too_large`, `closed`, `io`).
     pub hello_errors: Family<ReasonLabels, Counter>,
     /// Clients that did not send a whole ClientHello in time.
@@ -70,8 +92,33 @@ impl GatewayMetrics {
         );
         registry.register(
             "listener_no_route",
-            "Connections with no SNI or an unknown SNI and no default route",
+            "Connections that matched no route and were not taken by a default route, by reason",
             self.no_route.clone(),
+        );
+        registry.register(
+            "listener_untrusted_sources",
+            "Connections from outside trusted_sources closed without reading a PROXY header",
+            self.untrusted.clone(),
+        );
+        registry.register(
+            "listener_proxy_header_errors",
+            "PROXY headers that could not be read, by reason",
+            self.proxy_header_errors.clone(),
+        );
+        registry.register(
+            "listener_proxy_header_timeouts",
+            "Trusted sources that did not send their PROXY header in time",
+            self.proxy_header_timeouts.clone(),
+        );
+        registry.register(
+            "listener_stacked_proxy_headers",
+            "Connections that carried two stacked PROXY headers (a load balancer's and an agent's)",
+            self.stacked_proxy_headers.clone(),
+        );
+        registry.register(
+            "listener_connect_responses",
+            "Answers to CONNECT requests, by status code",
+            self.connect_responses.clone(),
         );
         registry.register(
             "listener_client_hello_errors",

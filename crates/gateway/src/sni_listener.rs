@@ -1,60 +1,33 @@
 //! One connection on a `kind: tls` listener, from accept to close: read the
-//! ClientHello (bounded, under a timeout), route by SNI, dial a backend with
-//! failover, replay the hello bytes, relay until both sides finish.
+//! PROXY header if the listener takes one, read the ClientHello (bounded,
+//! under a timeout), route by SNI, dial a backend with failover, replay the
+//! hello bytes, relay until both sides finish (see [`crate::connection`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use apiway_core::dial::Connected;
-use apiway_core::forward::ForwardError;
-use apiway_core::listener::Slot;
-use apiway_core::relay::RelayConfig;
 use apiway_wire::sni::{self, AlertDescription, ClientHello, SniError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
+use crate::connection::{self, OpenFailure, Prepared};
 use crate::gateway::{Gateway, ListenerState};
-
-/// Serves one accepted connection.
-pub(crate) async fn serve(
-    gateway: Arc<Gateway>,
-    listener: Arc<ListenerState>,
-    client: TcpStream,
-    peer: SocketAddr,
-    slot: Slot,
-) {
-    let handles = &listener.handles;
-    handles.accepted.inc();
-    handles.open.inc();
-    let _open = scopeguard(|| {
-        handles.open.dec();
-    });
-    let _slot = slot;
-    // Boxed: the hello, routing and dial phases need far more state than
-    // the relay, and an idle connection should only pay for the relay.
-    let Some((client, connected, relay_config, route_name)) =
-        Box::pin(prepare(&gateway, &listener, client, peer)).await
-    else {
-        return;
-    };
-    let backend = connected.lease.endpoint().clone();
-    let outcome = apiway_core::forward::relay(client, connected, &relay_config).await;
-    tracing::debug!(%peer, route = %route_name, backend = backend.name(), ?outcome, "connection closed");
-}
-
-type Prepared = (TcpStream, Connected, RelayConfig, Arc<str>);
 
 /// Reads the ClientHello, routes it, connects a backend and replays the
 /// hello; `None` when the connection was answered and closed instead.
-async fn prepare(
+pub(crate) async fn prepare(
     gateway: &Gateway,
     listener: &ListenerState,
     mut client: TcpStream,
     peer: SocketAddr,
 ) -> Option<Prepared> {
     let handles = &listener.handles;
-    let spec = listener.spec.load_full();
     let mut hello_bytes = Vec::new();
+    let headers =
+        crate::proxy_header::accept(listener, &mut client, peer, &mut hello_bytes, 1).await?;
+    // The header is for us; the backend gets the stream from the hello on.
+    hello_bytes.drain(..headers.consumed);
+    let spec = listener.spec.load_full();
+    let origin = headers.origin(&client, peer, spec.address);
     let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
     let hello = match tokio::time::timeout(spec.client_hello_timeout, read).await {
         Ok(Ok(hello)) => hello,
@@ -85,21 +58,15 @@ async fn prepare(
         send_alert(&mut client, AlertDescription::UnrecognizedName).await;
         return None;
     };
-    route.routed.inc();
     drop(hello);
 
-    match apiway_core::forward::open(&route.set, route.connect_timeout, &hello_bytes).await {
+    match connection::open(&route, peer, origin, &hello_bytes).await {
         Ok(connected) => Some((client, connected, route.relay.clone(), route.name_arc())),
-        Err(ForwardError::Unavailable(e)) => {
-            tracing::warn!(%peer, route = route.name(), "closing client: {e}");
-            route.unavailable.inc();
+        Err(OpenFailure::Unavailable) => {
             send_alert(&mut client, AlertDescription::InternalError).await;
             None
         }
-        Err(e) => {
-            tracing::debug!(%peer, route = route.name(), "{e}");
-            None
-        }
+        Err(OpenFailure::Failed) => None,
     }
 }
 
@@ -136,25 +103,5 @@ async fn read_client_hello(
 }
 
 async fn send_alert(client: &mut TcpStream, alert: AlertDescription) {
-    let record = sni::alert_record(alert);
-    // A few bytes into a fresh socket buffer; a client that never reads
-    // cannot hold us, the write completes locally.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), async {
-        let _ = client.write_all(&record).await;
-        let _ = client.shutdown().await;
-    })
-    .await;
-}
-
-/// Runs `f` when dropped.
-fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
-    struct Guard<F: FnOnce()>(Option<F>);
-    impl<F: FnOnce()> Drop for Guard<F> {
-        fn drop(&mut self) {
-            if let Some(f) = self.0.take() {
-                f();
-            }
-        }
-    }
-    Guard(Some(f))
+    connection::answer_and_close(client, &sni::alert_record(alert)).await;
 }
