@@ -43,6 +43,12 @@ enum Role {
         #[arg(long)]
         check: bool,
     },
+    /// Per-node forwarder: listen on local addresses (optionally adding the
+    /// address to an interface) and forward each connection directly to the
+    /// API server endpoints with failover, to a gateway with a PROXY v2
+    /// header, or through an HTTP CONNECT tunnel. Flags add to (lists) or
+    /// override (single values) the --config file.
+    Agent(Box<AgentArgs>),
     /// Run a whole topology on loopback: a gateway in front of stand-in API
     /// servers for two clusters; shows routing by SNI and health-check
     /// ejection, then exits.
@@ -66,6 +72,113 @@ enum Role {
         #[arg(long)]
         client_ca: Option<PathBuf>,
     },
+}
+
+/// `apiway agent` flags; see `apiway agent --help`.
+#[derive(clap::Args, Debug)]
+struct AgentArgs {
+    /// YAML configuration file; reloaded on change and on SIGHUP (the
+    /// endpoint list, health check and timeouts; listeners, addresses and
+    /// the upstream mode need a restart) [default: none, flags only].
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    /// Local ip:port to listen on (repeatable; at least one, here or in the file).
+    #[arg(long, value_name = "IP:PORT")]
+    listen: Vec<String>,
+    /// Add this IP as a /32 (/128) host address to --interface at start and
+    /// remove it on exit (repeatable). Needs CAP_NET_ADMIN [default: none].
+    #[arg(long, value_name = "IP")]
+    bind_address: Vec<String>,
+    /// Interface for --bind-address; created as a dummy link if missing
+    /// (kernels without the dummy type: use `lo`) [default: apiway0].
+    #[arg(long, value_name = "NAME")]
+    interface: Option<String>,
+    /// Leave the --bind-address addresses in place on exit.
+    #[arg(long)]
+    keep_address: bool,
+    /// Where connections go: `direct` (to --endpoint), `proxy` (to
+    /// --gateway with a PROXY v2 header) or `connect` (to --gateway through
+    /// HTTP CONNECT) [default: direct].
+    #[arg(long, value_name = "MODE")]
+    upstream: Option<apiway_agent::config::UpstreamMode>,
+    /// API server endpoint host:port for `direct` (repeatable); a DNS name
+    /// stands for every A/AAAA record, re-resolved every 10s.
+    #[arg(long, value_name = "HOST:PORT")]
+    endpoint: Vec<String>,
+    /// Gateway host:port for `proxy` and `connect` (repeatable; failover
+    /// between them).
+    #[arg(long, value_name = "HOST:PORT")]
+    gateway: Vec<String>,
+    /// Active health check: `https:/PATH`, `https` (= https:/readyz), `tcp`
+    /// or `none` [default: https:/readyz for direct, none for gateways].
+    #[arg(long, value_name = "CHECK")]
+    health_check: Option<String>,
+    /// Time between health checks [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    health_check_interval: Option<std::time::Duration>,
+    /// Time one health check may take [default: the interval, at most 1s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    health_check_timeout: Option<std::time::Duration>,
+    /// TLS server name of https health checks [default: kubernetes.default].
+    #[arg(long, value_name = "NAME")]
+    server_name: Option<String>,
+    /// CA bundle (PEM) that must sign the API servers' certificates in https
+    /// checks [default: none: then the check proves only that TLS and HTTP work].
+    #[arg(long, value_name = "FILE")]
+    ca: Option<PathBuf>,
+    /// `proxy`: add a PROXY v2 AUTHORITY TLV with this host name [default: none].
+    #[arg(long, value_name = "NAME")]
+    authority: Option<String>,
+    /// `connect`: the host:port to CONNECT to [default: the address the
+    /// client connected to].
+    #[arg(long, value_name = "HOST:PORT")]
+    connect_authority: Option<String>,
+    /// Per-endpoint connect timeout; then the next endpoint is tried [default: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    connect_timeout: Option<std::time::Duration>,
+    /// Close connections with no bytes either way for this long [default: never].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    idle_timeout: Option<std::time::Duration>,
+    /// Open connections per listener; more are closed at once [default: 10000].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Admin endpoint ip:port (/healthz /livez /readyz /metrics) [default: none].
+    #[arg(long, value_name = "IP:PORT")]
+    admin: Option<String>,
+    /// After SIGTERM, keep accepting this long while /healthz fails [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    drain_delay: Option<std::time::Duration>,
+    /// Then wait this long for open connections [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    grace_period: Option<std::time::Duration>,
+}
+
+impl AgentArgs {
+    fn into_parts(self) -> (Option<PathBuf>, apiway_agent::config::Flags) {
+        let flags = apiway_agent::config::Flags {
+            admin: self.admin,
+            listen: self.listen,
+            bind_address: self.bind_address,
+            interface: self.interface,
+            keep_address: self.keep_address,
+            upstream: self.upstream,
+            endpoints: self.endpoint,
+            gateways: self.gateway,
+            health_check: self.health_check,
+            health_check_interval: self.health_check_interval,
+            health_check_timeout: self.health_check_timeout,
+            server_name: self.server_name,
+            ca_file: self.ca,
+            authority: self.authority,
+            connect_authority: self.connect_authority,
+            connect_timeout: self.connect_timeout,
+            idle_timeout: self.idle_timeout,
+            max_connections: self.max_connections,
+            drain_delay: self.drain_delay,
+            grace_period: self.grace_period,
+        };
+        (self.config, flags)
+    }
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -116,6 +229,10 @@ fn main() -> std::process::ExitCode {
                 } else {
                     apiway_gateway::Gateway::run(config).await
                 }
+            }
+            Role::Agent(args) => {
+                let (config, flags) = args.into_parts();
+                apiway_agent::Agent::run(config, flags).await
             }
             Role::Demo => demo::run().await,
             Role::Standin {

@@ -1,0 +1,241 @@
+//! One client connection, from accept to close: build the preface for the
+//! upstream mode, dial with failover, for `connect` read the gateway's
+//! answer, then relay.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use apiway_core::dial::Connected;
+use apiway_core::forward::{self, ForwardError};
+use apiway_core::listener::Slot;
+use apiway_core::relay::RelayConfig;
+use apiway_wire::connect_response::{self, ConnectResponseError};
+use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::agent::Shared;
+use crate::config::{UpstreamMode, UpstreamSpec};
+use crate::metrics::ListenerHandles;
+
+/// Serves one accepted connection.
+pub(crate) async fn serve(
+    shared: Arc<Shared>,
+    handles: Arc<ListenerHandles>,
+    client: TcpStream,
+    peer: SocketAddr,
+    slot: Slot,
+) {
+    handles.accepted.inc();
+    handles.open.inc();
+    let _open = OpenGuard(&handles);
+    let _slot = slot;
+    // Boxed: the dial and CONNECT phases hold far more than the relay, and
+    // an idle connection should pay only for the relay.
+    let Some((client, connected, relay)) = Box::pin(prepare(&shared, &handles, client, peer)).await
+    else {
+        return;
+    };
+    let outcome = forward::relay(client, connected, &relay).await;
+    tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
+}
+
+struct OpenGuard<'a>(&'a ListenerHandles);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.open.dec();
+    }
+}
+
+/// Dials the upstream and sends the preface; `None` when the client was
+/// closed instead (logged and counted).
+async fn prepare(
+    shared: &Shared,
+    handles: &ListenerHandles,
+    mut client: TcpStream,
+    peer: SocketAddr,
+) -> Option<(TcpStream, Connected, RelayConfig)> {
+    let upstream = shared.upstream();
+    let destination = match client.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "client socket has no local address; closing");
+            return None;
+        }
+    };
+    let preface = match preface(&upstream, peer, destination) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!(%peer, %destination, "closing client: {e}");
+            return None;
+        }
+    };
+    let set = shared.set();
+    let mut connected = match forward::open(&set, upstream.connect_timeout, &preface).await {
+        Ok(c) => c,
+        Err(ForwardError::Unavailable(e)) => {
+            handles.unavailable.inc();
+            tracing::warn!(%peer, listener = %handles.name, "closing client: {e}");
+            return None;
+        }
+        Err(e) => {
+            handles.unavailable.inc();
+            tracing::warn!(%peer, listener = %handles.name, "closing client: {e}");
+            return None;
+        }
+    };
+    if upstream.mode == UpstreamMode::Connect {
+        let authority = connect_authority(&upstream, destination);
+        let gateway = connected.lease.endpoint().name().to_owned();
+        let answer = tokio::time::timeout(
+            upstream.connect_response_timeout,
+            read_connect_answer(&mut connected.stream),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "no answer within {:?}",
+                upstream.connect_response_timeout
+            ))
+        });
+        match answer {
+            Ok(early) => {
+                // Bytes the gateway sent after its answer already belong to
+                // the tunnel.
+                if !early.is_empty() {
+                    if client.write_all(&early).await.is_err() {
+                        return None;
+                    }
+                    connected
+                        .lease
+                        .endpoint()
+                        .metrics()
+                        .to_client
+                        .inc_by(early.len() as u64);
+                }
+            }
+            Err(e) => {
+                handles.connect_failed.inc();
+                tracing::warn!(%peer, %gateway, %authority, "CONNECT failed, closing the client: {e}");
+                return None;
+            }
+        }
+    }
+    Some((client, connected, upstream.relay.clone()))
+}
+
+fn connect_authority(upstream: &UpstreamSpec, destination: SocketAddr) -> String {
+    upstream
+        .connect_authority
+        .clone()
+        .unwrap_or_else(|| destination.to_string())
+}
+
+/// The bytes the upstream must see before the client's: nothing, a PROXY
+/// v2 header, or a `CONNECT` request.
+fn preface(
+    upstream: &UpstreamSpec,
+    peer: SocketAddr,
+    destination: SocketAddr,
+) -> Result<Vec<u8>, String> {
+    match upstream.mode {
+        UpstreamMode::Direct => Ok(Vec::new()),
+        UpstreamMode::Proxy => {
+            let mut header = ProxyHeader::tcp(Version::V2, unmap(peer), unmap(destination));
+            header.tlvs.authority = upstream.authority.clone();
+            header
+                .render_v2(&RenderOptions::default())
+                .map_err(|e| format!("cannot render the PROXY header: {e}"))
+        }
+        UpstreamMode::Connect => {
+            let authority = connect_authority(upstream, destination);
+            connect_response::request(&authority).map_err(|e| format!("CONNECT {authority}: {e}"))
+        }
+    }
+}
+
+/// An IPv4 client on a dual-stack socket shows as `::ffff:a.b.c.d`; the
+/// header should carry the IPv4 address, as the client used it.
+fn unmap(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, v6.port())),
+            None => a,
+        },
+        v4 => v4,
+    }
+}
+
+/// Reads the gateway's answer to `CONNECT`; on 2xx returns the bytes that
+/// followed the head, otherwise a description of what came back.
+async fn read_connect_answer(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
+    let max = connect_response::DEFAULT_MAX_RESPONSE_LEN;
+    let mut buf = Vec::with_capacity(512);
+    loop {
+        match connect_response::parse(&buf, max) {
+            Ok((head, consumed)) => {
+                if head.is_success() {
+                    return Ok(buf.split_off(consumed));
+                }
+                return Err(format!(
+                    "the gateway answered {} {}",
+                    head.status, head.reason
+                ));
+            }
+            Err(ConnectResponseError::Incomplete) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        buf.reserve(512);
+        match stream.read_buf(&mut buf).await {
+            Ok(0) => return Err("the gateway closed the connection without answering".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("reading the answer: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apiway_core::endpoint::{EndpointSetSpec, Policy};
+
+    fn spec(mode: UpstreamMode) -> UpstreamSpec {
+        UpstreamSpec {
+            mode,
+            set: EndpointSetSpec {
+                endpoints: vec![],
+                policy: Policy::PreferLocalThenLatency,
+                health_check: None,
+                ejection: Default::default(),
+            },
+            connect_timeout: std::time::Duration::from_secs(1),
+            authority: Some("api.a.example.com".into()),
+            connect_authority: None,
+            connect_response_timeout: std::time::Duration::from_secs(1),
+            relay: RelayConfig::default(),
+            dns_refresh: std::time::Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn prefaces() {
+        let peer: SocketAddr = "[::ffff:192.0.2.7]:40000".parse().unwrap();
+        let dst: SocketAddr = "10.1.2.3:443".parse().unwrap();
+        assert!(preface(&spec(UpstreamMode::Direct), peer, dst)
+            .unwrap()
+            .is_empty());
+        let bytes = preface(&spec(UpstreamMode::Proxy), peer, dst).unwrap();
+        let (h, n) = apiway_wire::proxy::parse(&bytes).unwrap();
+        assert_eq!(n, bytes.len());
+        let a = h.addresses.unwrap();
+        assert_eq!(a.source, "192.0.2.7:40000".parse().unwrap());
+        assert_eq!(a.destination, dst);
+        assert_eq!(h.tlvs.authority.as_deref(), Some("api.a.example.com"));
+        let c = preface(&spec(UpstreamMode::Connect), peer, dst).unwrap();
+        assert_eq!(
+            c,
+            b"CONNECT 10.1.2.3:443 HTTP/1.1\r\nHost: 10.1.2.3:443\r\n\r\n"
+        );
+    }
+}
