@@ -592,9 +592,18 @@ listeners:
   - name: public
     address: 127.0.0.1:8443
     kind: tls                     # route by SNI, TLS passthrough
+  - name: in-cluster
+    address: 127.0.0.1:8444
+    kind: proxy                   # route by the PROXY header's original destination
+    trusted_sources: ["127.0.0.0/8", "10.0.0.0/8"]
+  - name: tunnel
+    address: 127.0.0.1:8445
+    kind: connect                 # route HTTP CONNECT by authority
 routes:
   - name: cluster-a
     hostnames: ["api.a.example.com", "*.a.internal.example.com"]
+    destinations: ["10.1.2.3:443"]              # for proxy listeners
+    connect_authorities: ["api.a.example.com:443"]  # for connect listeners
     backends:
       - address: 127.0.0.1:7001
       - address: localhost:7002     # DNS names allowed, re-resolved
@@ -614,6 +623,10 @@ default_route: reject             # or the name of a route
         assert_eq!(s.router.lookup("API.A.example.com."), Some(0));
         assert_eq!(s.router.lookup("x.a.internal.example.com"), Some(0));
         assert_eq!(s.default_route, None);
+        assert_eq!(s.listeners[1].kind, ListenerKind::Proxy);
+        assert_eq!(s.listeners[2].kind, ListenerKind::Connect);
+        assert_eq!(s.destinations.len(), 1);
+        assert_eq!(s.authorities.len(), 1);
     }
 
     fn err(text: &str) -> String {

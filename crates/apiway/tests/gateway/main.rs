@@ -7,6 +7,7 @@ mod support;
 
 mod admin;
 mod cli;
+mod connect;
 mod demo;
 mod drain;
 mod etcd;
@@ -15,6 +16,7 @@ mod fragmentation;
 mod haproxy;
 mod limits;
 mod passthrough;
+mod proxy;
 mod rejection;
 mod reload;
 mod routing;

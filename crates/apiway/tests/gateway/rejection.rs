@@ -7,22 +7,13 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use apiway_test_support::peers::{free_port, require_binary};
 use apiway_wire::sni::{parse_client_hello, SniError, DEFAULT_MAX_HELLO_LEN};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use crate::support::tls::rustls_hello;
 use crate::support::tools::{answer_json, long_alpn_list, openssl_get, run};
-use crate::support::{read_until_closed, Closed, GatewayProcess, Pki, Recorder};
+use crate::support::{send_raw, Closed, GatewayProcess, Pki, Recorder};
 
 /// A fatal `unrecognized_name` (112) alert record.
 const UNRECOGNIZED_NAME: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x70];
-
-/// Sends `bytes` and returns what came back before the gateway closed.
-async fn send_raw(addr: std::net::SocketAddr, bytes: &[u8]) -> Result<(Vec<u8>, Closed)> {
-    let mut client = TcpStream::connect(addr).await?;
-    client.write_all(bytes).await?;
-    Ok(read_until_closed(&mut client, Duration::from_secs(3)).await)
-}
 
 fn listener_labels(reason: &'static str) -> [(&'static str, &'static str); 2] {
     [("listener", "public"), ("reason", reason)]

@@ -158,6 +158,14 @@ pub async fn read_until_closed(stream: &mut TcpStream, timeout: Duration) -> (Ve
     }
 }
 
+/// Sends `bytes` to `addr` and returns what came back before the gateway
+/// closed (or 5 s passed).
+pub async fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Result<(Vec<u8>, Closed)> {
+    let mut client = TcpStream::connect(addr).await?;
+    client.write_all(bytes).await?;
+    Ok(read_until_closed(&mut client, Duration::from_secs(5)).await)
+}
+
 /// How a connection ended from the reader's side.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Closed {
