@@ -113,7 +113,8 @@ async fn haproxy_send_proxy_v2_reaches_the_cluster_named_by_destination() -> Res
     let haproxy = Haproxy::start(&haproxy_config(
         &[(port_a, "vip_a"), (port_b, "vip_b")],
         gateway.listener("in-cluster"),
-        "send-proxy-v2 proxy-v2-options authority,crc32c,unique-id",
+        // Health checks carry a header too: HAProxy sends LOCAL on them.
+        "send-proxy-v2 proxy-v2-options authority,crc32c,unique-id check check-send-proxy inter 100ms",
     ))
     .await?;
 
@@ -148,6 +149,22 @@ async fn haproxy_send_proxy_v2_reaches_the_cluster_named_by_destination() -> Res
             "apiway_listener_proxy_header_errors_total",
             &[("listener", "in-cluster")]
         ) == 0.0
+    );
+    // HAProxy's health checks: LOCAL headers, served with the real
+    // endpoints (no route lists the gateway's own address), so closed right
+    // after the header, which HAProxy's TCP check counts as up.
+    gateway
+        .wait_metric(
+            "apiway_listener_no_route_total",
+            &[("listener", "in-cluster"), ("reason", "local")],
+            Duration::from_secs(5),
+            |v| v >= 4.0,
+        )
+        .await?;
+    let log = std::fs::read_to_string(haproxy.log_path()).unwrap_or_default();
+    ensure!(
+        !log.contains("DOWN"),
+        "HAProxy marked the gateway down:\n{log}"
     );
     Ok(())
 }
@@ -254,6 +271,9 @@ fn closed(outcome: &(Vec<u8>, Closed)) -> bool {
     outcome.0.is_empty() && outcome.1 != Closed::StillOpen
 }
 
+/// Trusting only 10.0.0.0/8, the gateway closes a connection from
+/// 127.0.0.1 without reading its (valid) header, on a `proxy` listener and
+/// on a `tls` one that requires the header.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_untrusted_source_is_closed_without_reading() -> Result<()> {
     let backend = Recorder::start().await?;
@@ -262,6 +282,7 @@ async fn an_untrusted_source_is_closed_without_reading() -> Result<()> {
 admin: {{address: 127.0.0.1:0}}
 listeners:
   - {{name: in-cluster, address: 127.0.0.1:0, kind: proxy, trusted_sources: [10.0.0.0/8]}}
+  - {{name: public, address: 127.0.0.2:0, kind: tls, proxy_protocol: required, trusted_sources: [10.0.0.0/8]}}
 routes:
   - name: cluster-a
     destinations: ["10.1.2.3:443"]
@@ -271,17 +292,22 @@ routes:
     ))
     .await?;
     let header = b"PROXY TCP4 10.0.0.5 10.1.2.3 40000 443\r\nhello";
-    let outcome = send_raw(gateway.listener("in-cluster"), header).await?;
-    ensure!(closed(&outcome), "{outcome:?}");
+    for listener in ["in-cluster", "public"] {
+        let outcome = send_raw(gateway.listener(listener), header).await?;
+        ensure!(closed(&outcome), "{listener}: {outcome:?}");
+    }
     let metrics = gateway.metrics().await?;
-    let on = [("listener", "in-cluster")];
-    ensure!(
-        metrics.count("apiway_listener_untrusted_sources_total", &on) == 1.0
-            && metrics.count("apiway_listener_proxy_header_errors_total", &on) == 0.0
-            && metrics.count("apiway_route_connections_total", &[("route", "cluster-a")]) == 0.0,
-        "{}",
-        metrics.matching("apiway_")
-    );
+    for listener in ["in-cluster", "public"] {
+        let on = [("listener", listener)];
+        ensure!(
+            metrics.count("apiway_listener_untrusted_sources_total", &on) == 1.0
+                && metrics.count("apiway_listener_proxy_header_errors_total", &on) == 0.0
+                && metrics.count("apiway_listener_client_hello_errors_total", &on) == 0.0,
+            "{listener}:\n{}",
+            metrics.matching("apiway_listener")
+        );
+    }
+    ensure!(metrics.count("apiway_route_connections_total", &[("route", "cluster-a")]) == 0.0);
     ensure!(backend.connections() == 0);
     Ok(())
 }
@@ -574,5 +600,63 @@ async fn reload_adds_a_destination_while_a_connection_stays_open() -> Result<()>
         "cluster-a got {} connections",
         a.connections()
     );
+    Ok(())
+}
+
+fn edge_config(kind: &str, echo: SocketAddr) -> String {
+    format!(
+        r#"
+admin: {{address: 127.0.0.1:0}}
+reload_interval: 200ms
+listeners:
+  - {{name: edge, address: 127.0.0.1:0, {kind}}}
+routes:
+  - name: echo
+    destinations: ["10.1.2.3:443"]
+    connect_authorities: ["echo.internal:7"]
+    backends: [{{address: {echo}}}]
+"#
+    )
+}
+
+/// A reload that changes a listener's kind keeps its socket: new
+/// connections are served the new way, a tunnel opened the old way stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_changes_a_listeners_kind_on_the_same_socket() -> Result<()> {
+    let echo = EchoBackend::start().await?;
+    let gateway = GatewayProcess::start(&edge_config("kind: connect", echo.addr())).await?;
+    let addr = gateway.listener("edge");
+    let mut tunnel = TcpStream::connect(addr).await?;
+    tunnel
+        .write_all(b"CONNECT echo.internal:7 HTTP/1.1\r\n\r\nping")
+        .await?;
+    let expected = b"HTTP/1.1 200 Connection Established\r\n\r\nping";
+    let mut got = vec![0u8; expected.len()];
+    tokio::time::timeout(Duration::from_secs(3), tunnel.read_exact(&mut got)).await??;
+    ensure!(got == expected, "{:?}", String::from_utf8_lossy(&got));
+
+    gateway.write_config(&edge_config(
+        "kind: proxy, trusted_sources: [127.0.0.0/8]",
+        echo.addr(),
+    ))?;
+    // Until the reload lands, the connect listener answers the PROXY line
+    // with 405, which `echo_via` reports as an error.
+    eventually(
+        "the listener to take PROXY headers",
+        Duration::from_secs(5),
+        || async {
+            echo_via(addr, "10.1.2.3")
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await?;
+    ensure!(gateway.listener("edge") == addr);
+
+    tunnel.write_all(b"more").await?;
+    let mut more = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(3), tunnel.read_exact(&mut more)).await??;
+    ensure!(&more == b"more");
     Ok(())
 }

@@ -204,3 +204,68 @@ fn answers_render() {
     );
     assert_eq!(ConnectError::Incomplete.status(), None);
 }
+
+/// The fuzz target's properties (`fuzz/fuzz_targets/connect.rs`), checked
+/// here on every one-byte substitution, deletion and insertion of the
+/// captured vectors, so they hold without a fuzzing run.
+fn check_properties(data: &[u8], limit: usize) {
+    let whole = parse(data, limit);
+    match &whole {
+        Err(ConnectError::Incomplete) => assert!(data.len() < limit),
+        Err(ConnectError::TooLarge { limit: reported }) => {
+            assert_eq!(*reported, limit);
+            assert!(data.len() >= limit);
+        }
+        Err(e) => assert!(e.status().is_some()),
+        Ok((request, consumed)) => {
+            assert!(*consumed <= data.len() && *consumed <= limit);
+            let text = request.authority.to_string();
+            assert_eq!(Authority::parse(&text).as_ref(), Ok(&request.authority));
+            assert_eq!(
+                parse(&data[..*consumed], limit),
+                Ok((request.clone(), *consumed))
+            );
+        }
+    }
+    for end in [data.len() / 2, data.len().saturating_sub(1), 8] {
+        if end < data.len() {
+            let part = parse(&data[..end], limit);
+            assert!(
+                part == Err(ConnectError::Incomplete) || part == whole,
+                "{:?}: {part:?} vs {whole:?}",
+                String::from_utf8_lossy(data)
+            );
+        }
+    }
+}
+
+#[test]
+fn one_byte_mutations_of_the_vectors_keep_the_answers_consistent() {
+    const INTERESTING: [u8; 14] = [
+        0, b'\t', b'\r', b'\n', b' ', b':', b'[', b']', b'.', b'0', b'A', b'%', 0x7f, 0xff,
+    ];
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/connect");
+    let mut seeds = vec![CURL.to_vec()];
+    for entry in std::fs::read_dir(dir).unwrap() {
+        seeds.push(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    for seed in &seeds {
+        for at in 0..seed.len() {
+            let mut deleted = seed.clone();
+            deleted.remove(at);
+            for limit in [64, MAX] {
+                check_properties(&deleted, limit);
+            }
+            for byte in INTERESTING {
+                let mut replaced = seed.clone();
+                replaced[at] = byte;
+                let mut inserted = seed.clone();
+                inserted.insert(at, byte);
+                for limit in [64, MAX] {
+                    check_properties(&replaced, limit);
+                    check_properties(&inserted, limit);
+                }
+            }
+        }
+    }
+}
