@@ -15,6 +15,7 @@ mod nginx;
 mod ports;
 mod process;
 mod procfs;
+mod standin_process;
 
 pub use etcd::Etcd;
 pub use haproxy::Haproxy;
@@ -22,6 +23,7 @@ pub use memory::{proc_memory, ProcMemory};
 pub use nginx::{Nginx, NGINX_STREAM_MODULE};
 pub use ports::{free_port, wait_for_port};
 pub use procfs::process_tree;
+pub use standin_process::StandinProcess;
 
 use std::path::PathBuf;
 

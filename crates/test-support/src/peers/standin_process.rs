@@ -1,0 +1,134 @@
+//! A stand-in API server as a separate `apiway standin` process, so a test
+//! or benchmark can kill it (resets) or SIGSTOP it (a hung server), which an
+//! in-process server cannot imitate.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rustix::process::Signal;
+use tokio::time::Instant;
+
+use super::process::{log_tail, PeerProcess};
+use crate::pki::Issued;
+
+/// How long the stand-in gets to start serving.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running `apiway standin`, optionally inside a network namespace
+/// (`ip netns exec NS`); killed on drop.
+pub struct StandinProcess {
+    process: PeerProcess,
+    name: String,
+    addr: SocketAddr,
+}
+
+impl std::fmt::Debug for StandinProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StandinProcess")
+            .field("name", &self.name)
+            .field("addr", &self.addr)
+            .field("pid", &self.process.pid())
+            .finish()
+    }
+}
+
+impl StandinProcess {
+    /// Starts `apiway standin --name NAME --listen ADDR` (port 0 picks one)
+    /// with `cert`, inside `netns` when given, and waits until it logs its
+    /// bound address.
+    pub async fn start(
+        apiway: &Path,
+        name: &str,
+        listen: SocketAddr,
+        cert: &Issued,
+        netns: Option<&str>,
+    ) -> Result<StandinProcess> {
+        let dir = tempfile::Builder::new()
+            .prefix("apiway-standin-")
+            .tempdir()
+            .context("creating a temporary directory for a stand-in")?;
+        let (cert_path, key_path) = cert.write(dir.path(), "server")?;
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(apiway);
+                c
+            }
+            None => Command::new(apiway),
+        };
+        command
+            .arg("standin")
+            .arg("--name")
+            .arg(name)
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--cert")
+            .arg(&cert_path)
+            .arg("--key")
+            .arg(&key_path)
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info");
+        let mut process = PeerProcess::spawn(command, dir, "standin.log")?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        let addr = loop {
+            process.ensure_running()?;
+            let log = std::fs::read_to_string(process.log_path()).unwrap_or_default();
+            let found = log
+                .lines()
+                .filter(|l| l.contains("stand-in API server serving"))
+                .find_map(|l| {
+                    l.split_whitespace()
+                        .find_map(|w| w.strip_prefix("addr=")?.parse::<SocketAddr>().ok())
+                });
+            if let Some(addr) = found {
+                break addr;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "stand-in {name} did not start within {START_TIMEOUT:?}; log:\n{}",
+                    log_tail(process.log_path())
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Ok(StandinProcess {
+            process,
+            name: name.to_owned(),
+            addr,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The name it reports (`x-apiway-standin`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
+    /// SIGSTOP: the kernel still completes TCP handshakes (the backlog), but
+    /// nothing answers: a hung server.
+    pub fn hang(&self) -> Result<()> {
+        self.process.signal(Signal::STOP)
+    }
+
+    /// SIGCONT after [`hang`](Self::hang).
+    pub fn resume(&self) -> Result<()> {
+        self.process.signal(Signal::CONT)
+    }
+
+    /// SIGKILL: the port closes and open connections are reset.
+    pub fn kill(&mut self) {
+        self.process.kill_group();
+    }
+}
