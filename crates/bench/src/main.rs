@@ -38,7 +38,7 @@ struct Cli {
     #[arg(long)]
     quick: bool,
     /// Run only these scenarios (comma-separated): throughput, conn_rate,
-    /// conn_rate_tls, idle_memory, reload.
+    /// conn_rate_tls, idle_memory, reload, agent_failover.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The apiway binary [default: `apiway` next to this program, i.e.
@@ -140,6 +140,7 @@ async fn run(cli: Cli) -> Result<bool> {
             }
             "idle_memory" => scenarios::idle_memory::run(&settings).await,
             "reload" => scenarios::reload::run(&settings).await,
+            "agent_failover" => scenarios::agent_failover::run(&settings).await,
             other => bail!("unknown scenario {other}"),
         };
         if let Err(e) = &result {

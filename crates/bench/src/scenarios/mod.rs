@@ -5,18 +5,20 @@ use std::time::Duration;
 
 use crate::lineup::{Contender, LineupOptions};
 
+pub mod agent_failover;
 pub mod conn_rate;
 pub mod idle_memory;
 pub mod reload;
 pub mod throughput;
 
 /// Every scenario, in run order.
-pub const ALL: [&str; 5] = [
+pub const ALL: [&str; 6] = [
     "throughput",
     "conn_rate",
     "conn_rate_tls",
     "idle_memory",
     "reload",
+    "agent_failover",
 ];
 
 /// The SNI of the main route.
