@@ -1,17 +1,21 @@
 //! `kind: connect` listeners: curl's `--proxytunnel` reaching stand-in API
 //! servers through a CONNECT tunnel, authorities no route lists, requests
 //! that are not CONNECT or not HTTP, too large or too slow, and bytes the
-//! client sends right behind its request head.
+//! client sends right behind its request head; a route sending a PROXY
+//! v1 header on to nginx (`listen ... proxy_protocol`), which checks it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{ensure, Result};
+use apiway_test_support::peers::{free_port, Nginx, NGINX_STREAM_MODULE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::tools::curl;
-use crate::support::{read_until_closed, send_raw, Closed, EchoBackend, GatewayProcess, Pki};
+use crate::support::{
+    eventually, read_until_closed, send_raw, Closed, EchoBackend, GatewayProcess, Pki,
+};
 
 const A: &str = "api.a.example.com";
 const B: &str = "api.b.example.com";
@@ -173,6 +177,87 @@ async fn bytes_sent_behind_the_request_head_reach_the_backend() -> Result<()> {
     ensure!(
         rest == b"pong" && closed == Closed::Eof,
         "{rest:?} {closed:?}"
+    );
+    Ok(())
+}
+
+/// The tunnel's backend is nginx requiring a PROXY header; it logs the
+/// client and destination the gateway's v1 header gave it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_proxy_protocol_v1_through_a_tunnel_to_nginx() -> Result<()> {
+    let pki = Pki::new()?;
+    let a = pki.standin("cluster-a", &[A], false).await?;
+    let verifier = free_port()?;
+    let nginx = Nginx::start(&format!(
+        r#"
+load_module {NGINX_STREAM_MODULE};
+worker_processes 1;
+events {{ worker_connections 64; }}
+stream {{
+    log_format pp "client=$proxy_protocol_addr:$proxy_protocol_port dst=$proxy_protocol_server_addr:$proxy_protocol_server_port";
+    server {{
+        listen 127.0.0.1:{verifier} proxy_protocol;
+        proxy_pass {a};
+        access_log logs/pp.log pp;
+    }}
+}}
+"#,
+        a = a.addr()
+    ))
+    .await?;
+    let gateway = GatewayProcess::start(&format!(
+        r#"
+admin: {{address: 127.0.0.1:0}}
+listeners:
+  - {{name: tunnel, address: 127.0.0.1:0, kind: connect}}
+routes:
+  - name: cluster-a
+    connect_authorities: ["{A}:443"]
+    send_proxy_protocol: v1
+    backends: [{{address: 127.0.0.1:{verifier}}}]
+"#
+    ))
+    .await?;
+    let tunnel = gateway.listener("tunnel");
+    let proxy = format!("http://{tunnel}");
+    let url_port = SocketAddr::from(([127, 0, 0, 1], 443));
+    let answer = curl(
+        url_port,
+        A,
+        "/api/v1/namespaces",
+        &pki,
+        false,
+        &["-p", "--suppress-connect-headers", "-x", &proxy],
+    )
+    .await?;
+    ensure!(answer.standin() == Some("cluster-a"), "{answer:?}");
+    // The stand-in saw nginx; nginx saw, from the header, curl's address
+    // and the gateway's listener as the destination. (nginx writes the
+    // line when the session ends; the launcher's readiness probe, which
+    // sent no header, left a line of dashes before it.)
+    let log = nginx.dir().join("logs/pp.log");
+    let line = eventually(
+        "nginx's access log line",
+        Duration::from_secs(5),
+        || async {
+            std::fs::read_to_string(&log)
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find(|l| l.starts_with("client=1"))
+                        .map(str::to_owned)
+                })
+                .ok_or_else(|| "no line yet".to_string())
+        },
+    )
+    .await?;
+    ensure!(
+        line.starts_with("client=127.0.0.1:") && line.ends_with(&format!("dst={tunnel}")),
+        "{line}"
+    );
+    ensure!(
+        !line.starts_with(&format!("client={tunnel}")),
+        "the client is curl, not the gateway: {line}"
     );
     Ok(())
 }
