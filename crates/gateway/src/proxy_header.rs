@@ -71,7 +71,9 @@ pub(crate) async fn accept(
     buf: &mut Vec<u8>,
     max_headers: usize,
 ) -> Option<Headers> {
-    let spec = listener.spec.load();
+    // Held for the whole phase: a reload during it does not change the
+    // rules this connection is read under.
+    let spec = listener.spec.load_full();
     let handles = &listener.handles;
     let required = match spec.proxy_protocol {
         ProxyProtocolMode::Off => return Some(Headers::default()),
@@ -89,10 +91,9 @@ pub(crate) async fn accept(
         return Some(Headers::default());
     }
     let deadline = Instant::now() + spec.proxy_header_timeout;
-    let trusted = spec.trusted_sources.clone();
-    let name = spec.name.clone();
-    drop(spec);
-    match read(client, buf, required, max_headers, &trusted, deadline).await {
+    let name = &spec.name;
+    let read = read(client, buf, required, max_headers, &spec.trusted_sources, deadline);
+    match read.await {
         Ok(headers) => {
             if let Some(outer) = headers.outer_source {
                 handles.stacked_proxy_headers.inc();
