@@ -515,18 +515,13 @@ async fn echo_via(addr: SocketAddr, destination: &str) -> Result<TcpStream> {
     Ok(stream)
 }
 
-fn echo_config(
-    reload_interval: &str,
-    a: SocketAddr,
-    b: SocketAddr,
-    b_destinations: &str,
-) -> String {
+fn echo_config(trusted: &str, a: SocketAddr, b: SocketAddr, b_destinations: &str) -> String {
     format!(
         r#"
 admin: {{address: 127.0.0.1:0}}
-reload_interval: {reload_interval}
+reload_interval: 200ms
 listeners:
-  - {{name: in-cluster, address: 127.0.0.1:0, kind: proxy, trusted_sources: [127.0.0.0/8]}}
+  - {{name: in-cluster, address: 127.0.0.1:0, kind: proxy, trusted_sources: [{trusted}]}}
 routes:
   - name: cluster-a
     destinations: ["10.1.2.3:443"]
@@ -539,10 +534,10 @@ routes:
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reload_adds_a_destination_while_a_connection_stays_open() -> Result<()> {
+async fn reload_adds_a_destination_and_narrows_trust_while_a_connection_stays_open() -> Result<()> {
     let (a, b) = (EchoBackend::start().await?, EchoBackend::start().await?);
     let gateway = GatewayProcess::start(&echo_config(
-        "200ms",
+        "127.0.0.0/8",
         a.addr(),
         b.addr(),
         "\"10.1.2.4:443\"",
@@ -571,7 +566,7 @@ async fn reload_adds_a_destination_while_a_connection_stays_open() -> Result<()>
         .await?;
 
     gateway.write_config(&echo_config(
-        "200ms",
+        "127.0.0.0/8",
         a.addr(),
         b.addr(),
         "\"10.1.2.4:443\", \"10.9.9.9:443\"",
@@ -590,7 +585,32 @@ async fn reload_adds_a_destination_while_a_connection_stays_open() -> Result<()>
     )
     .await?;
 
-    // The connection opened before the reload still works both ways.
+    // Trust only 10.0.0.0/8 from now on: new connections from 127.0.0.1
+    // are closed unread; the one already open is not touched.
+    gateway.write_config(&echo_config(
+        "10.0.0.0/8",
+        a.addr(),
+        b.addr(),
+        "\"10.1.2.4:443\", \"10.9.9.9:443\"",
+    ))?;
+    gateway
+        .wait_metric(
+            "apiway_config_reloads_total",
+            &[("result", "success")],
+            Duration::from_secs(5),
+            |v| v >= 2.0,
+        )
+        .await?;
+    let outcome = send_raw(addr, b"PROXY TCP4 10.0.0.5 10.1.2.3 40000 443\r\nping").await?;
+    ensure!(closed(&outcome), "{outcome:?}");
+    ensure!(
+        gateway.metrics().await?.count(
+            "apiway_listener_untrusted_sources_total",
+            &[("listener", "in-cluster")]
+        ) == 1.0
+    );
+
+    // The connection opened before both reloads still works both ways.
     open.write_all(b"more").await?;
     let mut got = [0u8; 4];
     tokio::time::timeout(Duration::from_secs(3), open.read_exact(&mut got)).await??;
