@@ -70,11 +70,10 @@ routes:
         );
     }
     gateway
-        .wait_metric(
+        .wait_count(
             "apiway_listener_connect_responses_total",
             &responses("200"),
-            Duration::from_secs(2),
-            |v| v == 3.0,
+            3.0,
         )
         .await?;
     Ok(())

@@ -219,6 +219,19 @@ impl GatewayProcess {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+
+    /// Waits (up to 5 s) until the series `name{labels}` equals `expected`:
+    /// a counter the gateway bumps just after the test saw its effect.
+    pub async fn wait_count(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        expected: f64,
+    ) -> Result<()> {
+        self.wait_metric(name, labels, Duration::from_secs(5), |v| v == expected)
+            .await
+            .map(drop)
+    }
 }
 
 impl Drop for GatewayProcess {
