@@ -585,35 +585,26 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
 mod tests {
     use super::*;
 
-    const EXAMPLE: &str = r#"
-admin:
-  address: 127.0.0.1:9901        # /healthz /livez /readyz /metrics
-listeners:
-  - name: public
-    address: 127.0.0.1:8443
-    kind: tls                     # route by SNI, TLS passthrough
-  - name: in-cluster
-    address: 127.0.0.1:8444
-    kind: proxy                   # route by the PROXY header's original destination
-    trusted_sources: ["127.0.0.0/8", "10.0.0.0/8"]
-  - name: tunnel
-    address: 127.0.0.1:8445
-    kind: connect                 # route HTTP CONNECT by authority
-routes:
-  - name: cluster-a
-    hostnames: ["api.a.example.com", "*.a.internal.example.com"]
-    destinations: ["10.1.2.3:443"]              # for proxy listeners
-    connect_authorities: ["api.a.example.com:443"]  # for connect listeners
-    backends:
-      - address: 127.0.0.1:7001
-      - address: localhost:7002     # DNS names allowed, re-resolved
-    health_check: { kind: https, path: /readyz, interval: 1s }  # or kind: tcp
-default_route: reject             # or the name of a route
-"#;
+    /// The YAML block of the README's gateway "Configuration" section, so
+    /// the documented example is the tested one.
+    fn readme_example() -> String {
+        // Read at run time: the README lies outside the crate.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
+        let readme = std::fs::read_to_string(path).expect("the workspace README");
+        let section = readme
+            .split_once("### Configuration")
+            .expect("the README has a Configuration section")
+            .1;
+        let block = section
+            .split_once("```yaml\n")
+            .expect("with a YAML block")
+            .1;
+        block.split_once("```").expect("that ends").0.to_owned()
+    }
 
     #[test]
     fn the_documented_example_parses() {
-        let s = parse(EXAMPLE).unwrap();
+        let s = parse(&readme_example()).unwrap();
         assert_eq!(s.admin, Some("127.0.0.1:9901".parse().unwrap()));
         assert_eq!(s.listeners[0].address, "127.0.0.1:8443".parse().unwrap());
         assert_eq!(s.listeners[0].client_hello_timeout, Duration::from_secs(10));
