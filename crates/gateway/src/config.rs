@@ -474,8 +474,8 @@ pub fn validate(file: ConfigFile) -> Result<Snapshot, String> {
         }
         for (j, a) in r.connect_authorities.iter().enumerate() {
             let field = format!("{at}.connect_authorities[{j}]");
-            let authority = Authority::parse(a).map_err(|e| {
-                format!("{field}: `{a}` is not host:port ({e}; write api.a.example.com:443)")
+            let authority = Authority::parse(a).map_err(|_| {
+                format!("{field}: `{a}` is not host:port (write api.a.example.com:443, 10.1.2.3:443 or [fd00::1]:443)")
             })?;
             if let Some(other) = authorities.insert(authority, i) {
                 return Err(format!(
