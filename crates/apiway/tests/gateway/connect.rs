@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::support::tools::curl;
 use crate::support::{
-    eventually, read_until_closed, send_raw, Closed, EchoBackend, GatewayProcess, Pki,
+    closed_port, eventually, read_until_closed, send_raw, Closed, EchoBackend, GatewayProcess, Pki,
 };
 
 const A: &str = "api.a.example.com";
@@ -80,7 +80,8 @@ routes:
 }
 
 /// A gateway with one `connect` listener named `tunnel` (plus `extra`
-/// fields) and one route `echo` for `authority` to an echo backend.
+/// fields), one route `echo` for `authority` to an echo backend, and one
+/// route `dead` for `dead.internal:7` to a port where nothing listens.
 async fn echo_gateway(extra: &str, authority: &str) -> Result<(EchoBackend, GatewayProcess)> {
     let echo = EchoBackend::start().await?;
     let gateway = GatewayProcess::start(&format!(
@@ -91,9 +92,13 @@ listeners:
 routes:
   - name: echo
     connect_authorities: ["{authority}"]
-    backends: [{{address: {}}}]
+    backends: [{{address: {echo}}}]
+  - name: dead
+    connect_authorities: ["dead.internal:7"]
+    backends: [{{address: {dead}}}]
 "#,
-        echo.addr()
+        echo = echo.addr(),
+        dead = closed_port()?
     ))
     .await?;
     Ok((echo, gateway))
@@ -111,7 +116,7 @@ async fn refusals_answer_with_the_right_status_and_close() -> Result<()> {
         "CONNECT echo.internal:7 HTTP/1.1\r\nX-Padding: {}\r\n\r\n",
         "x".repeat(2000)
     );
-    let cases: [(&str, &[u8]); 6] = [
+    let cases: [(&str, &[u8]); 7] = [
         ("403", b"CONNECT api.unknown.example.com:443 HTTP/1.1\r\nHost: api.unknown.example.com:443\r\n\r\n"),
         ("400", b"\x16\x03\x01\x00\x05hello"),
         ("400", b"CONNECT echo.internal HTTP/1.1\r\n\r\n"),
@@ -119,6 +124,7 @@ async fn refusals_answer_with_the_right_status_and_close() -> Result<()> {
         ("431", big.as_bytes()),
         // Slow: half a request line, then nothing.
         ("408", b"CONNECT echo.in"),
+        ("502", b"CONNECT dead.internal:7 HTTP/1.1\r\n\r\n"),
     ];
     for (code, request) in cases {
         let (answer, closed) = send_raw(addr, request).await?;
@@ -137,6 +143,7 @@ async fn refusals_answer_with_the_right_status_and_close() -> Result<()> {
         ("405", 1.0),
         ("431", 1.0),
         ("408", 1.0),
+        ("502", 1.0),
         ("200", 0.0),
     ] {
         ensure!(
@@ -151,6 +158,7 @@ async fn refusals_answer_with_the_right_status_and_close() -> Result<()> {
             &[("listener", "tunnel"), ("reason", "unknown_authority")]
         ) == 1.0
     );
+    ensure!(metrics.count("apiway_route_unavailable_total", &[("route", "dead")]) == 1.0);
     ensure!(
         echo.connections() == 0,
         "a refused request reached the backend"
