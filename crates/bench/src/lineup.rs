@@ -129,6 +129,8 @@ pub struct Lineup {
     /// Map files HAProxy reads (one per config version).
     files: TempDir,
     version: u32,
+    /// Write apiway's file as JSON instead of YAML (see `core::config_text`).
+    apiway_json: bool,
 }
 
 impl Lineup {
@@ -145,6 +147,7 @@ impl Lineup {
             start_times: BTreeMap::new(),
             files,
             version: 0,
+            apiway_json: false,
         };
         for contender in options.contenders.clone() {
             if contender.is_proxy() {
@@ -234,6 +237,11 @@ impl Lineup {
         self.pids(contender).into_iter().map(process_cpu_time).sum()
     }
 
+    /// From now on apiway's config file is written as JSON (`true`) or YAML.
+    pub fn set_apiway_json(&mut self, json: bool) {
+        self.apiway_json = json;
+    }
+
     /// Installs `routes` in `contender` the way its operators would: apiway
     /// rewrites its file and gets SIGHUP; HAProxy and nginx check the new
     /// file and reload (SIGUSR2 to the HAProxy master, SIGHUP to nginx),
@@ -313,6 +321,7 @@ impl Lineup {
     fn config_text_for(&self, contender: Contender, listen: SocketAddr) -> Result<String> {
         let threads = self.options.proxy_threads;
         match contender {
+            Contender::Apiway if self.apiway_json => Ok(apiway_config_json(listen, &self.routes)),
             Contender::Apiway => Ok(apiway_config(listen, &self.routes)),
             Contender::Haproxy => {
                 let map = self.files.path().join(format!("sni-{}.map", self.version));
@@ -369,6 +378,33 @@ fn apiway_config(listen: SocketAddr, routes: &[Route]) -> String {
     }
     text.push_str("default_route: reject\n");
     text
+}
+
+/// The same configuration as [`apiway_config`], written as JSON the way a
+/// generator (a controller rendering thousands of routes) would.
+fn apiway_config_json(listen: SocketAddr, routes: &[Route]) -> String {
+    let routes: Vec<serde_json::Value> = routes
+        .iter()
+        .map(|route| {
+            serde_json::json!({
+                "name": route.name,
+                "hostnames": [route.hostname],
+                "backends": route
+                    .backends
+                    .iter()
+                    .map(|b| serde_json::json!({ "address": b.to_string() }))
+                    .collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "admin": { "address": ADMIN_PLACEHOLDER },
+        "reload_interval": "1h",
+        "listeners": [{ "name": "bench", "address": listen.to_string(), "kind": "tls" }],
+        "routes": routes,
+        "default_route": "reject",
+    })
+    .to_string()
 }
 
 fn write_haproxy_map(path: &Path, routes: &[Route]) -> Result<()> {

@@ -10,12 +10,12 @@
 
 use std::time::Duration;
 
-use apiway_relay::{KeepaliveConfig, RelayConfig, RelayOutcome};
+use apiway_relay::{KeepaliveConfig, RelayConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::dial::{self, Connected, DialError};
-use crate::endpoint::EndpointSet;
+use crate::endpoint::{EndpointSet, Lease};
 
 /// Why a connection could not be forwarded.
 #[derive(Debug, thiserror::Error)]
@@ -64,18 +64,18 @@ pub async fn open(
 /// directions finish, counting bytes on the backend's metrics. The lease is
 /// held (the connection counts as active) until the relay ends.
 ///
+/// Not an `async fn`: the returned future is the relay itself and nothing
+/// more (about 200 bytes), since it lives as long as the connection.
+///
 /// `client` must come from a listener made by [`crate::listener::bind`]:
 /// its keepalive and `TCP_NODELAY` were inherited from the listening socket
 /// (Linux copies them on accept), so only the backend socket needs the
 /// system calls here, unless `cfg` asks for other keepalive timings.
-pub async fn relay(client: TcpStream, connected: Connected, cfg: &RelayConfig) -> RelayOutcome {
+pub fn relay(client: TcpStream, connected: Connected, cfg: &RelayConfig) -> Relaying {
     let Connected { stream, lease, .. } = connected;
     if let Some(keepalive) = &cfg.keepalive {
-        let mut sockets = vec![&stream];
-        if *keepalive != KeepaliveConfig::default() {
-            sockets.push(&client);
-        }
-        for socket in sockets {
+        let client_too = *keepalive != KeepaliveConfig::default();
+        for socket in std::iter::once(&stream).chain(client_too.then_some(&client)) {
             // A socket that can't take options is already broken; the relay
             // itself will report how.
             if let Err(e) = apiway_relay::set_keepalive(socket, keepalive) {
@@ -87,10 +87,21 @@ pub async fn relay(client: TcpStream, connected: Connected, cfg: &RelayConfig) -
         keepalive: None,
         ..cfg.clone()
     };
-    let endpoint = lease.endpoint().clone();
-    let outcome = apiway_relay::relay(client, stream, &cfg, endpoint.metrics()).await;
-    drop(lease);
-    outcome
+    // The lease is the byte observer, so the future owns it and the
+    // connection counts as active exactly as long as the relay runs.
+    apiway_relay::relay(client, stream, &cfg, lease)
+}
+
+/// A connection being relayed: resolves when both directions are done. It
+/// holds the endpoint's lease, so the connection counts as active until
+/// it resolves or is dropped (which closes both sockets).
+pub type Relaying = apiway_relay::TcpRelay<Lease>;
+
+/// Counts relayed bytes on the leased endpoint's metrics.
+impl apiway_relay::Observer for Lease {
+    fn on_bytes(&self, dir: apiway_relay::Direction, n: u64) {
+        self.endpoint().metrics().on_bytes(dir, n)
+    }
 }
 
 #[cfg(test)]
@@ -137,7 +148,11 @@ mod tests {
             .unwrap();
         let endpoint = connected.lease.endpoint().clone();
         assert_eq!(endpoint.active(), 1);
-        let outcome = relay(accepted, connected, &RelayConfig::default()).await;
+        let relaying = relay(accepted, connected, &RelayConfig::default());
+        // It lives as long as the connection, mostly idle: only the relay.
+        let size = std::mem::size_of_val(&relaying);
+        assert!(size <= 256, "the relaying future is {size} bytes");
+        let outcome = relaying.await;
         assert_eq!(server.await.unwrap(), b"preface and body");
         assert_eq!(client.await.unwrap(), b"answer");
         assert_eq!(outcome.backend_to_client, 6);

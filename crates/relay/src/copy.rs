@@ -81,6 +81,9 @@ where
                 if n == 0 {
                     return Poll::Ready(Ok(Step::Eof));
                 }
+                if n == buf.len() {
+                    flow.bulk = true;
+                }
                 flow.held = Held::Buffer {
                     buf,
                     start: 0,

@@ -14,16 +14,16 @@ use crate::{Direction, Observer, RelayEnd, RelayOutcome};
 /// The relay future: owns both streams, so dropping it closes them.
 ///
 /// Kept small on purpose, since one exists per proxied connection: two
-/// streams, two [`Half`]s (which hold nothing while idle), and a pointer to
-/// the idle timer when one is configured.
-pub(crate) struct Duplex<'o, A, B, T> {
+/// streams, two [`Half`]s (which hold nothing while idle), a pointer to the
+/// idle timer when one is configured, and the observer (typically a pointer).
+pub(crate) struct Duplex<A, B, T, O> {
     client: A,
     backend: B,
     transfer: T,
     to_backend: Half,
     to_client: Half,
     idle: Option<Box<IdleTimer>>,
-    observer: &'o dyn Observer,
+    observer: O,
 }
 
 /// Fires once no byte has moved for `timeout`.
@@ -64,13 +64,13 @@ impl IdleTimer {
     }
 }
 
-impl<'o, A, B, T> Duplex<'o, A, B, T> {
+impl<A, B, T, O> Duplex<A, B, T, O> {
     pub(crate) fn new(
         client: A,
         backend: B,
         transfer: T,
         idle_timeout: Option<Duration>,
-        observer: &'o dyn Observer,
+        observer: O,
     ) -> Self {
         Duplex {
             client,
@@ -92,11 +92,12 @@ impl<'o, A, B, T> Duplex<'o, A, B, T> {
     }
 }
 
-impl<A, B, T> Future for Duplex<'_, A, B, T>
+impl<A, B, T, O> Future for Duplex<A, B, T, O>
 where
     A: AsyncWrite + Unpin,
     B: AsyncWrite + Unpin,
     T: Transfer<A, B> + Transfer<B, A> + Unpin,
+    O: Observer + Unpin,
 {
     type Output = RelayOutcome;
 
@@ -109,7 +110,7 @@ where
             &this.transfer,
             &mut this.client,
             &mut this.backend,
-            this.observer,
+            &this.observer,
             &mut progress,
         );
         if let Poll::Ready(Err(fault)) = to_backend {
@@ -125,7 +126,7 @@ where
             &this.transfer,
             &mut this.backend,
             &mut this.client,
-            this.observer,
+            &this.observer,
             &mut progress,
         );
         if let Poll::Ready(Err(fault)) = to_client {

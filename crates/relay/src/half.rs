@@ -55,6 +55,9 @@ pub(crate) struct Flow {
     /// Splicing failed as unsupported for this pair; copy from now on.
     #[cfg(target_os = "linux")]
     pub(crate) no_splice: bool,
+    /// A read filled the whole copy buffer: this direction carries bulk
+    /// data, where splicing pays off ([`crate::RelayMode::Auto`]).
+    pub(crate) bulk: bool,
 }
 
 /// How bytes get from `R` to `W`: userspace copy, or splice for TCP.
@@ -113,7 +116,7 @@ impl Half {
         transfer: &T,
         src: &mut R,
         dst: &mut W,
-        observer: &dyn Observer,
+        observer: &impl Observer,
         progress: &mut bool,
     ) -> Poll<Result<(), Fault>>
     where

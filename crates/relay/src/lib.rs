@@ -52,13 +52,28 @@ impl Observer for () {
     fn on_bytes(&self, _dir: Direction, _n: u64) {}
 }
 
+impl<T: Observer + ?Sized> Observer for &T {
+    fn on_bytes(&self, dir: Direction, n: u64) {
+        (**self).on_bytes(dir, n)
+    }
+}
+
+impl<T: Observer + ?Sized> Observer for std::sync::Arc<T> {
+    fn on_bytes(&self, dir: Direction, n: u64) {
+        (**self).on_bytes(dir, n)
+    }
+}
+
 /// How [`relay`] moves bytes between two TCP sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RelayMode {
-    /// splice on Linux, userspace copy elsewhere. On loopback, splice used
-    /// about half the relay CPU per GiB of the copy (0.34–0.47 s against
-    /// 0.68–1.0 s) at equal or better throughput, and holds no process
-    /// memory while bytes flow (`examples/throughput.rs`).
+    /// On Linux, a userspace copy for small exchanges and splice once a
+    /// direction carries bulk data (a read filled the whole buffer), like
+    /// HAProxy's `splice-auto`; userspace copy elsewhere. On loopback,
+    /// splice used about half the relay CPU per GiB of the copy (0.34–0.47 s
+    /// against 0.68–1.0 s) at equal or better throughput, and holds no
+    /// process memory while bytes flow (`examples/throughput.rs`); for small
+    /// chunks the copy needs one system call less per chunk.
     #[default]
     Auto,
     /// splice(2) through a pooled pipe; a chunk is copied in user space when
@@ -133,13 +148,15 @@ pub enum RelayEnd {
 /// Use it like an `async fn`: `relay(client, backend, &cfg, &observer).await`.
 /// Dropping the future closes both sockets (used when a shutdown grace period
 /// expires). Keepalive and `TCP_NODELAY` are set on both sockets first when
-/// `cfg.keepalive` is set; `cfg` is read here, not kept.
-pub fn relay<'o>(
+/// `cfg.keepalive` is set; `cfg` is read here, not kept. The future owns
+/// `observer` (a reference, an `Arc`, or a guard that must live as long as
+/// the connection) and drops it when it ends.
+pub fn relay<O: Observer + Unpin>(
     client: TcpStream,
     backend: TcpStream,
     cfg: &RelayConfig,
-    observer: &'o dyn Observer,
-) -> impl Future<Output = RelayOutcome> + Send + 'o {
+    observer: O,
+) -> TcpRelay<O> {
     if let Some(keepalive) = &cfg.keepalive {
         for stream in [&client, &backend] {
             // A socket that can't take options is already broken; the relay
@@ -153,11 +170,45 @@ pub fn relay<'o>(
     #[cfg(target_os = "linux")]
     let transfer = splice::Tcp {
         splice: matches!(cfg.mode, RelayMode::Auto | RelayMode::Splice),
+        bulk_only: cfg.mode == RelayMode::Auto,
         buffer_size,
     };
     #[cfg(not(target_os = "linux"))]
     let transfer = copy::Userspace { buffer_size };
-    duplex::Duplex::new(client, backend, transfer, cfg.idle_timeout, observer)
+    TcpRelay(duplex::Duplex::new(
+        client,
+        backend,
+        transfer,
+        cfg.idle_timeout,
+        observer,
+    ))
+}
+
+#[cfg(target_os = "linux")]
+type TcpTransfer = splice::Tcp;
+#[cfg(not(target_os = "linux"))]
+type TcpTransfer = copy::Userspace;
+
+/// The future [`relay`] returns, named so that callers can store it (e.g.
+/// build it in a short-lived setup phase and hand it to the long-lived
+/// part of a connection task).
+pub struct TcpRelay<O>(duplex::Duplex<TcpStream, TcpStream, TcpTransfer, O>);
+
+impl<O: Observer + Unpin> Future for TcpRelay<O> {
+    type Output = RelayOutcome;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<RelayOutcome> {
+        std::pin::Pin::new(&mut self.get_mut().0).poll(cx)
+    }
+}
+
+impl<O> std::fmt::Debug for TcpRelay<O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpRelay").finish_non_exhaustive()
+    }
 }
 
 /// Relays between any two byte streams until both directions are done,
@@ -165,15 +216,16 @@ pub fn relay<'o>(
 ///
 /// Same semantics as [`relay`] (half-close, errors, idle timeout, drop
 /// closes both); `cfg.mode` and `cfg.keepalive` don't apply.
-pub fn relay_io<'o, A, B>(
+pub fn relay_io<A, B, O>(
     client: A,
     backend: B,
     cfg: &RelayConfig,
-    observer: &'o dyn Observer,
-) -> impl Future<Output = RelayOutcome> + 'o
+    observer: O,
+) -> impl Future<Output = RelayOutcome>
 where
-    A: AsyncRead + AsyncWrite + Unpin + 'o,
-    B: AsyncRead + AsyncWrite + Unpin + 'o,
+    A: AsyncRead + AsyncWrite + Unpin,
+    B: AsyncRead + AsyncWrite + Unpin,
+    O: Observer + Unpin,
 {
     let transfer = copy::Userspace {
         buffer_size: cfg.clamped_buffer_size(),

@@ -38,6 +38,8 @@ static PIPES_IN_USE: AtomicUsize = AtomicUsize::new(0);
 static PIPE_LIMIT: AtomicUsize = AtomicUsize::new(DEFAULT_PIPE_LIMIT);
 #[cfg(target_os = "linux")]
 static PIPES_UNAVAILABLE: AtomicU64 = AtomicU64::new(0);
+#[cfg(target_os = "linux")]
+static PIPES_TAKEN: AtomicU64 = AtomicU64::new(0);
 
 struct IdleBuffers {
     list: Vec<Box<[u8]>>,
@@ -59,6 +61,8 @@ pub struct PoolStats {
     /// Times, since the process started, that a relay wanted a pipe and got
     /// none (limit reached, or out of descriptors), so copied instead.
     pub pipes_unavailable: u64,
+    /// Times, since the process started, that a relay took a pipe to splice.
+    pub pipes_taken: u64,
 }
 
 /// Current pool usage, e.g. for metrics or to check that idle relays hold nothing.
@@ -72,12 +76,17 @@ pub fn stats() -> PoolStats {
     );
     #[cfg(not(target_os = "linux"))]
     let (pipes_in_use, pipes_idle, pipes_unavailable) = (0, 0, 0);
+    #[cfg(target_os = "linux")]
+    let pipes_taken = PIPES_TAKEN.load(Ordering::Relaxed);
+    #[cfg(not(target_os = "linux"))]
+    let pipes_taken = 0;
     PoolStats {
         buffers_in_use: BUFFERS_IN_USE.load(Ordering::Relaxed),
         buffers_idle,
         pipes_in_use,
         pipes_idle,
         pipes_unavailable,
+        pipes_taken,
     }
 }
 
@@ -263,6 +272,7 @@ mod pipe {
                     }
                 },
             };
+            PIPES_TAKEN.fetch_add(1, Ordering::Relaxed);
             Some(Pipe {
                 fds: Some(fds),
                 len: 0,

@@ -24,9 +24,17 @@ const FLAGS: SpliceFlags = SpliceFlags::NONBLOCK.union(SpliceFlags::MOVE);
 
 /// Moves TCP bytes with splice(2) when `splice` is set (falling back to a
 /// copy when no pipe is to be had), otherwise copies them in user space.
+///
+/// With `bulk_only`, a direction copies until one read fills the whole
+/// buffer. Small exchanges (API requests, watch events) then cost a read and
+/// a write per chunk — tokio skips the `EAGAIN` read after a short one — where
+/// a splice costs three calls (in, out, and the `EAGAIN` that proves the
+/// socket drained, since a short splice proves nothing). Bulk transfers
+/// switch to splice after their first full buffer.
 #[derive(Clone, Copy)]
 pub(crate) struct Tcp {
     pub(crate) splice: bool,
+    pub(crate) bulk_only: bool,
     pub(crate) buffer_size: u32,
 }
 
@@ -39,7 +47,8 @@ impl Transfer<TcpStream, TcpStream> for Tcp {
         dst: &mut TcpStream,
     ) -> Poll<Result<Step, Fault>> {
         let copying = matches!(&flow.held, Held::Buffer { start, end, .. } if start < end);
-        if self.splice && !flow.no_splice && !copying {
+        let splice_now = self.splice && !flow.no_splice && (flow.bulk || !self.bulk_only);
+        if splice_now && !copying {
             match poll_splice(flow, cx, src, dst) {
                 Poll::Ready(Some(result)) => return Poll::Ready(result),
                 Poll::Pending => return Poll::Pending,

@@ -11,10 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
-/// Every way a connection can be carried: splice and copy over TCP, and the
-/// generic stream entry point.
-const WAYS: [(RelayMode, Via); 3] = [
+/// Every way a connection can be carried: splice, copy and auto over TCP,
+/// and the generic stream entry point.
+const WAYS: [(RelayMode, Via); 4] = [
     (RelayMode::Splice, Via::Tcp),
+    (RelayMode::Auto, Via::Tcp),
     (RelayMode::Userspace, Via::Tcp),
     (RelayMode::Auto, Via::Io),
 ];
