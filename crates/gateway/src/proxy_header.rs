@@ -92,7 +92,14 @@ pub(crate) async fn accept(
     }
     let deadline = Instant::now() + spec.proxy_header_timeout;
     let name = &spec.name;
-    let read = read(client, buf, required, max_headers, &spec.trusted_sources, deadline);
+    let read = read(
+        client,
+        buf,
+        required,
+        max_headers,
+        &spec.trusted_sources,
+        deadline,
+    );
     match read.await {
         Ok(headers) => {
             if let Some(outer) = headers.outer_source {
