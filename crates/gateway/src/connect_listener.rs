@@ -78,7 +78,7 @@ pub(crate) async fn prepare(
         return None;
     }
     handles.connect_response(established.code()).inc();
-    Some((client, connected, route.relay.clone(), route.name_arc()))
+    Some(connection::prepared(client, connected, &route))
 }
 
 /// Answers with an error status, counts it, and closes.

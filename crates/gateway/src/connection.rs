@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use apiway_core::dial::Connected;
-use apiway_core::forward::ForwardError;
+use apiway_core::forward::{ForwardError, Relaying};
 use apiway_core::listener::Slot;
-use apiway_core::relay::RelayConfig;
 use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -17,9 +16,25 @@ use tokio::net::TcpStream;
 use crate::config::{ListenerKind, SendProxyProtocol};
 use crate::gateway::{Gateway, ListenerState, Route};
 
-/// A connection ready to relay: the client, its backend, how to relay, and
-/// the route's name for the log.
-pub(crate) type Prepared = (TcpStream, Connected, RelayConfig, Arc<str>);
+/// A connection ready to relay: the relay future (which owns both sockets
+/// and the backend's lease) and the route's name for the log. Built at the
+/// end of the boxed pre-relay phase, so that the long-lived part of the
+/// connection task holds nothing else.
+pub(crate) type Prepared = (Relaying, Arc<str>);
+
+/// The [`Prepared`] connection between `client` and the backend `route`
+/// gave it.
+pub(crate) fn prepared(client: TcpStream, connected: Connected, route: &Route) -> Prepared {
+    tracing::debug!(
+        route = route.name(),
+        backend = connected.lease.endpoint().name(),
+        "relaying"
+    );
+    (
+        apiway_core::forward::relay(client, connected, &route.relay),
+        route.name_arc(),
+    )
+}
 
 /// Serves one accepted connection, with the behaviour of the listener's
 /// kind at the moment it was accepted (a reload may change the kind of a
@@ -62,12 +77,12 @@ pub(crate) async fn serve(
             .await
         }
     };
-    let Some((client, connected, relay_config, route_name)) = prepared else {
+    let Some((relaying, route_name)) = prepared else {
         return;
     };
-    let backend = connected.lease.endpoint().clone();
-    let outcome = apiway_core::forward::relay(client, connected, &relay_config).await;
-    tracing::debug!(%peer, route = %route_name, backend = backend.name(), ?outcome, "connection closed");
+    drop(gateway);
+    let outcome = relaying.await;
+    tracing::debug!(%peer, route = %route_name, ?outcome, "connection closed");
 }
 
 /// The endpoints of the client's connection as a backend should learn them

@@ -61,7 +61,7 @@ pub(crate) async fn prepare(
     drop(hello);
 
     match connection::open(&route, peer, origin, &hello_bytes).await {
-        Ok(connected) => Some((client, connected, route.relay.clone(), route.name_arc())),
+        Ok(connected) => Some(connection::prepared(client, connected, &route)),
         Err(OpenFailure::Unavailable) => {
             send_alert(&mut client, AlertDescription::InternalError).await;
             None
