@@ -15,5 +15,6 @@ mod bind_address;
 mod connect;
 mod direct;
 mod failover;
+mod in_cluster;
 mod prefer_local;
 mod proxy;

@@ -12,7 +12,7 @@ use rustix::process::Signal;
 use tokio::time::Instant;
 
 use super::process::{log_tail, PeerProcess};
-use crate::pki::Issued;
+use crate::pki::{Ca, Issued};
 
 /// How long the stand-in gets to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,11 +46,32 @@ impl StandinProcess {
         cert: &Issued,
         netns: Option<&str>,
     ) -> Result<StandinProcess> {
+        StandinProcess::start_with_client_ca(apiway, name, listen, cert, None, netns).await
+    }
+
+    /// [`start`](Self::start); with `client_ca`, the stand-in requires a
+    /// client certificate signed by it (`--client-ca`).
+    pub async fn start_with_client_ca(
+        apiway: &Path,
+        name: &str,
+        listen: SocketAddr,
+        cert: &Issued,
+        client_ca: Option<&Ca>,
+        netns: Option<&str>,
+    ) -> Result<StandinProcess> {
         let dir = tempfile::Builder::new()
             .prefix("apiway-standin-")
             .tempdir()
             .context("creating a temporary directory for a stand-in")?;
         let (cert_path, key_path) = cert.write(dir.path(), "server")?;
+        let client_ca_path = match client_ca {
+            Some(ca) => {
+                let path = dir.path().join("client-ca.pem");
+                std::fs::write(&path, ca.cert_pem()).context("writing the client CA")?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut command = match netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -69,6 +90,11 @@ impl StandinProcess {
             .arg(&cert_path)
             .arg("--key")
             .arg(&key_path)
+            .args(
+                client_ca_path
+                    .iter()
+                    .flat_map(|p| [std::ffi::OsStr::new("--client-ca"), p.as_os_str()]),
+            )
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info");
         let mut process = PeerProcess::spawn(command, dir, "standin.log")?;

@@ -39,13 +39,27 @@ pub struct GatewayProcess {
 impl GatewayProcess {
     /// Writes `config_yaml` to a fresh directory and starts the gateway on it.
     pub async fn start(config_yaml: &str) -> Result<GatewayProcess> {
+        GatewayProcess::start_in(None, config_yaml).await
+    }
+
+    /// [`start`](Self::start), inside network namespace `netns` when given
+    /// (`ip netns exec`).
+    pub async fn start_in(netns: Option<&str>, config_yaml: &str) -> Result<GatewayProcess> {
         let dir = tempfile::Builder::new()
             .prefix("apiway-gateway-test-")
             .tempdir()
             .context("creating a temporary directory")?;
         let config = dir.path().join("gateway.yaml");
         std::fs::write(&config, config_yaml)?;
-        let mut child = Command::new(APIWAY)
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, APIWAY]);
+                c
+            }
+            None => Command::new(APIWAY),
+        };
+        let mut child = command
             .arg("gateway")
             .arg("--config")
             .arg(&config)
@@ -106,6 +120,11 @@ impl GatewayProcess {
     /// The bound address of the listener named `public`.
     pub fn addr(&self) -> SocketAddr {
         self.listener("public")
+    }
+
+    /// The admin endpoint's bound address.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
     }
 
     /// Replaces the config file the way Kubernetes updates a mounted
