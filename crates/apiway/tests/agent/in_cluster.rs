@@ -130,7 +130,7 @@ routes:
     .arg(&pki.client_cert)
     .arg("--key")
     .arg(&pki.client_key)
-    .arg(&url);
+    .arg(url);
     let ran = run(curl, b"", Duration::from_secs(10)).await?;
     ensure!(
         ran.success,

@@ -201,7 +201,7 @@ impl GatewayProcess {
 
     /// `GET path` on the admin endpoint: status code and body.
     pub async fn admin_get(&self, path: &str) -> Result<(u16, String)> {
-        super::http_get_plain(self.admin, path).await
+        super::http_get_plain(self.admin(), path).await
     }
 
     /// The current `/metrics`.
