@@ -3,8 +3,10 @@
 //! Two clusters of stand-in API servers (A with two replicas, B with one
 //! that requires a client certificate) behind one gateway listener that
 //! routes by SNI without terminating TLS. It sends requests, shows which
-//! backend answered, stops one backend, shows the health check ejecting it
-//! and traffic carrying on, then exits.
+//! backend answered, sends pods' requests through a node agent and the
+//! gateway's PROXY-protocol listener (routed by original destination),
+//! stops one backend, shows the health check ejecting it and traffic
+//! carrying on, then exits.
 
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,10 @@ pub async fn run() -> Result<()> {
         println!("  {:<24} {}", s.name(), s.addr());
     }
 
+    // Each cluster's "ClusterIP" for the in-cluster path: the same port on
+    // two loopback addresses, as `kubernetes.default.svc` is 10.x.y.1:443 in
+    // every cluster.
+    let (cluster_ip_a, cluster_ip_b) = cluster_ips()?;
     let config = format!(
         r#"admin:
   address: 127.0.0.1:0
@@ -50,15 +56,21 @@ listeners:
   - name: public
     address: 127.0.0.1:0
     kind: tls
+  - name: in-cluster
+    address: 127.0.0.4:0
+    kind: proxy
+    trusted_sources: ["127.0.0.0/8"]
 routes:
   - name: cluster-a
     hostnames: ["{A}", "*.a.internal.example.com"]
+    destinations: ["{cluster_ip_a}"]
     backends:
       - address: {a1}
       - address: {a2}
     health_check: {{ kind: https, path: /readyz, interval: 300ms }}
   - name: cluster-b
     hostnames: ["{B}"]
+    destinations: ["{cluster_ip_b}"]
     backends:
       - address: {b1}
     health_check: {{ kind: tcp, interval: 300ms }}
@@ -109,7 +121,51 @@ drain: {{ delay: 0s, grace_period: 1s }}
     }
 
     println!(
-        "\n2. stopping {} (its port closes, like a crashed API server)",
+        "\n2. the in-cluster path: pods connect to their cluster's ClusterIP; the node agent\n   \
+         forwards with a PROXY v2 header and the gateway routes on the original destination"
+    );
+    let in_cluster = gateway
+        .listener_addr("in-cluster")
+        .context("the in-cluster listener did not start")?;
+    let flags = apiway_agent::config::Flags {
+        listen: vec![cluster_ip_a.to_string(), cluster_ip_b.to_string()],
+        upstream: Some(apiway_agent::config::UpstreamMode::Proxy),
+        gateways: vec![in_cluster.to_string()],
+        drain_delay: Some(Duration::ZERO),
+        grace_period: Some(Duration::from_secs(1)),
+        ..Default::default()
+    };
+    let snapshot =
+        apiway_agent::config::build(Default::default(), &flags).map_err(anyhow::Error::msg)?;
+    let agent = apiway_agent::Agent::start(snapshot, flags).await?;
+    println!(
+        "   agent listening on {cluster_ip_a} and {cluster_ip_b}, forwarding to the gateway's {in_cluster}"
+    );
+    for (i, (cluster_ip, client_cert)) in [(cluster_ip_a, None), (cluster_ip_b, Some(&client))]
+        .into_iter()
+        .enumerate()
+    {
+        // Same server name for both, as in every cluster.
+        let r = https_get(
+            cluster_ip,
+            "kubernetes.default",
+            "/api",
+            &ca,
+            client_cert,
+            i == 1,
+        )
+        .await?;
+        println!(
+            "   #{} pod -> {cluster_ip} (SNI kubernetes.default) -> agent -> gateway -> {} answered {}",
+            i + 1,
+            r.standin().unwrap_or("?"),
+            r.status
+        );
+    }
+    agent.shutdown(std::future::ready(())).await;
+
+    println!(
+        "\n3. stopping {} (its port closes, like a crashed API server)",
         a1.name()
     );
     let stopped_name = a1.name().to_string();
@@ -159,7 +215,7 @@ drain: {{ delay: 0s, grace_period: 1s }}
         }
     }
 
-    println!("\n3. metrics (http://{admin}/metrics):");
+    println!("\n4. metrics (http://{admin}/metrics):");
     let metrics = fetch_metrics(admin).await?;
     for line in metrics.lines().filter(|l| {
         l.starts_with("apiway_backend_healthy")
@@ -175,6 +231,20 @@ drain: {{ delay: 0s, grace_period: 1s }}
     drop((a2, b1));
     println!("\ndemo finished: no request failed while a backend went down.");
     Ok(())
+}
+
+/// Two "ClusterIPs": one free port on 127.0.0.2 that is free on 127.0.0.3
+/// too (every 127/8 address is loopback on Linux).
+fn cluster_ips() -> Result<(std::net::SocketAddr, std::net::SocketAddr)> {
+    for _ in 0..20 {
+        let a = std::net::TcpListener::bind("127.0.0.2:0").context("binding 127.0.0.2")?;
+        let port = a.local_addr()?.port();
+        let b_addr = std::net::SocketAddr::from(([127, 0, 0, 3], port));
+        if std::net::TcpListener::bind(b_addr).is_ok() {
+            return Ok((a.local_addr()?, b_addr));
+        }
+    }
+    bail!("no port free on both 127.0.0.2 and 127.0.0.3")
 }
 
 fn indent(text: &str) -> String {

@@ -23,7 +23,7 @@ async fn demo_shows_both_clusters_answering_and_the_ejection() -> Result<()> {
     );
 
     let (before, after) = stdout
-        .split_once("2. stopping")
+        .split_once("3. stopping")
         .with_context(|| format!("no ejection step:\n{stdout}"))?;
     for answered in [
         "-> cluster-a/apiserver-1 answered 200",
@@ -37,6 +37,13 @@ async fn demo_shows_both_clusters_answering_and_the_ejection() -> Result<()> {
         "cluster B did not see the client certificate:\n{stdout}"
     );
     ensure!(before.contains("api.unknown.example.com") && before.contains("refused"));
+    ensure!(
+        before.contains("#1 pod -> 127.0.0.2:")
+            && before.contains("-> agent -> gateway -> cluster-a/apiserver-")
+            && before.contains("#2 pod -> 127.0.0.3:")
+            && before.contains("-> agent -> gateway -> cluster-b/apiserver-1 answered 200"),
+        "the in-cluster path did not reach each cluster by its ClusterIP:\n{stdout}"
+    );
     ensure!(after.contains("ejected it after"), "no ejection:\n{stdout}");
     ensure!(
         after.contains("-> cluster-a/apiserver-2 answered 200")
