@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod choice;
 pub mod config_text;
 pub mod dial;
 pub mod drain;

@@ -1,0 +1,397 @@
+//! Choosing among an origin's alternative endpoints: the policy of the
+//! OpenShift "resilient control-plane networking" proposal, without I/O and
+//! without a clock (every call that needs the time takes `now`), so it is
+//! tested deterministically and shared by every role that fails over
+//! between the endpoints of one API server.
+//!
+//! The order, for each attempt of a request:
+//!
+//! 1. the endpoint in use, while it is listed and not blocked (no flapping);
+//! 2. otherwise a listed alternative whose address is on a local interface;
+//! 3. otherwise the origin, if the origin itself is listed;
+//! 4. otherwise the next listed alternative that is not blocked;
+//! 5. when every listed alternative is blocked or was tried by this request,
+//!    the origin, once, blocked or not: a client never does worse than a
+//!    plain one would.
+//!
+//! A network error blocks an endpoint for [`ChoicePolicy::block_period`]; a
+//! certificate error blocks it for good. Alternatives carry an expiry and
+//! drop out of the list when it passes until a source lists them again.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use apiway_core::choice::{ChoicePolicy, EndpointChoice, Failure, Listed};
+//!
+//! let now = Instant::now();
+//! let mut choice = EndpointChoice::new("lb:6443", ChoicePolicy::default());
+//! assert_eq!(choice.pick(now, &[]), Some("lb:6443")); // plain client
+//! choice.set_learned(vec![
+//!     Listed::new("10.0.0.1:6443", false).expires(now + Duration::from_secs(70)),
+//!     Listed::new("10.0.0.2:6443", false).expires(now + Duration::from_secs(70)),
+//! ]);
+//! assert_eq!(choice.pick(now, &[]), Some("10.0.0.1:6443"));
+//! choice.record_failure("10.0.0.1:6443", Failure::Network, now);
+//! assert_eq!(choice.pick(now, &[]), Some("10.0.0.2:6443"));
+//! ```
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// Settings of an [`EndpointChoice`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChoicePolicy {
+    /// How long a network error keeps an endpoint out (default 20 s).
+    pub block_period: Duration,
+}
+
+impl Default for ChoicePolicy {
+    fn default() -> Self {
+        ChoicePolicy {
+            block_period: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Why an attempt on an endpoint failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Failure {
+    /// Connect, TLS transport, HTTP/2 or readiness failure: the endpoint is
+    /// blocked for the block period.
+    Network,
+    /// The endpoint's certificate did not verify: blocked for good, since
+    /// waiting does not make a wrong certificate right.
+    Certificate,
+}
+
+/// One alternative as a source lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed<K> {
+    /// The endpoint.
+    pub key: K,
+    /// Whether its address is on a local interface (see
+    /// [`crate::endpoint::is_local_ip`]).
+    pub local: bool,
+    /// When it stops being listed; `None` for never (a static list).
+    pub expires_at: Option<Instant>,
+}
+
+impl<K> Listed<K> {
+    /// An alternative that does not expire.
+    pub fn new(key: K, local: bool) -> Self {
+        Listed {
+            key,
+            local,
+            expires_at: None,
+        }
+    }
+
+    /// The same alternative, expiring at `at`.
+    pub fn expires(mut self, at: Instant) -> Self {
+        self.expires_at = Some(at);
+        self
+    }
+}
+
+/// How long an endpoint stays out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Block {
+    /// Until this instant.
+    Until(Instant),
+    /// For good (a certificate error).
+    Forever,
+}
+
+/// The endpoints of one origin and the choice among them: see the
+/// [module docs](self) for the order.
+///
+/// `K` names an endpoint (an address, a `host:port` string); the origin is
+/// one of them. Alternatives come from two sources: a static list (never
+/// expires) and learned ones (an `Alt-Svc` header; each new value replaces
+/// all learned alternatives).
+#[derive(Clone, Debug)]
+pub struct EndpointChoice<K> {
+    origin: K,
+    policy: ChoicePolicy,
+    fixed: Vec<Listed<K>>,
+    learned: Vec<Listed<K>>,
+    blocked: HashMap<K, Block>,
+    in_use: Option<K>,
+}
+
+impl<K: Clone + Eq + Hash> EndpointChoice<K> {
+    /// A choice with no alternatives: every pick is the origin.
+    pub fn new(origin: K, policy: ChoicePolicy) -> Self {
+        EndpointChoice {
+            origin,
+            policy,
+            fixed: Vec::new(),
+            learned: Vec::new(),
+            blocked: HashMap::new(),
+            in_use: None,
+        }
+    }
+
+    /// The origin.
+    pub fn origin(&self) -> &K {
+        &self.origin
+    }
+
+    /// The settings.
+    pub fn policy(&self) -> ChoicePolicy {
+        self.policy
+    }
+
+    /// Replaces the static alternatives (they never expire).
+    pub fn set_static(&mut self, listed: Vec<Listed<K>>) {
+        self.fixed = listed;
+    }
+
+    /// Replaces every learned alternative (an `Alt-Svc` value replaces the
+    /// whole cache for its origin, RFC 7838 section 3); an empty list is
+    /// `clear`.
+    pub fn set_learned(&mut self, listed: Vec<Listed<K>>) {
+        self.learned = listed;
+    }
+
+    /// Drops learned alternatives whose expiry is at or before `now`, and
+    /// blocks that have run out. Returns how many alternatives expired.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let before = self.learned.len();
+        self.learned
+            .retain(|l| l.expires_at.is_none_or(|at| at > now));
+        self.blocked
+            .retain(|_, b| matches!(b, Block::Until(t) if *t > now) || *b == Block::Forever);
+        before - self.learned.len()
+    }
+
+    /// Every listed alternative (static first, then learned, duplicates
+    /// removed), ignoring expiry: call [`expire`](Self::expire) first.
+    pub fn alternatives(&self) -> Vec<&Listed<K>> {
+        let mut out: Vec<&Listed<K>> = Vec::new();
+        for l in self.fixed.iter().chain(self.learned.iter()) {
+            if !out.iter().any(|o| o.key == l.key) {
+                out.push(l);
+            }
+        }
+        out
+    }
+
+    /// Whether `key` is listed as an alternative.
+    pub fn is_listed(&self, key: &K) -> bool {
+        self.fixed
+            .iter()
+            .chain(self.learned.iter())
+            .any(|l| &l.key == key)
+    }
+
+    /// Whether `key` is blocked at `now`.
+    pub fn is_blocked(&self, key: &K, now: Instant) -> bool {
+        match self.blocked.get(key) {
+            Some(Block::Forever) => true,
+            Some(Block::Until(t)) => *t > now,
+            None => false,
+        }
+    }
+
+    /// The block on `key`, if any is in force at `now`.
+    pub fn block(&self, key: &K, now: Instant) -> Option<Block> {
+        self.is_blocked(key, now)
+            .then(|| self.blocked.get(key).copied())
+            .flatten()
+    }
+
+    /// The endpoint in use: the last one that answered, if it is still
+    /// listed (or is the origin).
+    pub fn in_use(&self) -> Option<&K> {
+        self.in_use.as_ref()
+    }
+
+    /// The endpoint for the next attempt of a request that already tried
+    /// `tried`; `None` when the origin was tried too.
+    pub fn pick(&self, now: Instant, tried: &[K]) -> Option<K> {
+        let alternatives = self.alternatives();
+        let usable = |key: &K| !tried.contains(key) && !self.is_blocked(key, now);
+        if let Some(current) = &self.in_use {
+            if self.is_listed(current) && usable(current) {
+                return Some(current.clone());
+            }
+        }
+        let candidates: Vec<&Listed<K>> = alternatives
+            .into_iter()
+            .filter(|l| usable(&l.key))
+            .collect();
+        if let Some(local) = candidates.iter().find(|l| l.local) {
+            return Some(local.key.clone());
+        }
+        if let Some(origin) = candidates.iter().find(|l| l.key == self.origin) {
+            return Some(origin.key.clone());
+        }
+        if let Some(next) = candidates.first() {
+            return Some(next.key.clone());
+        }
+        (!tried.contains(&self.origin)).then(|| self.origin.clone())
+    }
+
+    /// `key` answered: it becomes the endpoint in use, and any block on it
+    /// ends (the origin may be used while blocked, as the last resort).
+    pub fn record_success(&mut self, key: &K) {
+        if self.blocked.get(key) != Some(&Block::Forever) {
+            self.blocked.remove(key);
+        }
+        self.in_use = Some(key.clone());
+    }
+
+    /// An attempt on `key` failed at `now`: block it, and stop using it.
+    pub fn record_failure(&mut self, key: &K, failure: Failure, now: Instant) -> Block {
+        let block = match failure {
+            Failure::Network => Block::Until(now + self.policy.block_period),
+            Failure::Certificate => Block::Forever,
+        };
+        if self.blocked.get(key) != Some(&Block::Forever) {
+            self.blocked.insert(key.clone(), block);
+        }
+        if self.in_use.as_ref() == Some(key) {
+            self.in_use = None;
+        }
+        self.blocked.get(key).copied().unwrap_or(block)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ORIGIN: &str = "lb:6443";
+
+    fn choice() -> EndpointChoice<&'static str> {
+        EndpointChoice::new(ORIGIN, ChoicePolicy::default())
+    }
+
+    fn alt(key: &'static str) -> Listed<&'static str> {
+        Listed::new(key, false)
+    }
+
+    #[test]
+    fn no_alternatives_always_picks_the_origin_even_after_failures() {
+        let now = Instant::now();
+        let mut c = choice();
+        assert_eq!(c.pick(now, &[]), Some(ORIGIN));
+        c.record_failure(&ORIGIN, Failure::Network, now);
+        assert_eq!(
+            c.pick(now, &[]),
+            Some(ORIGIN),
+            "the origin is the last resort"
+        );
+        c.record_failure(&ORIGIN, Failure::Certificate, now);
+        assert_eq!(c.pick(now, &[]), Some(ORIGIN));
+        assert_eq!(c.pick(now, &[ORIGIN]), None, "one attempt per request");
+    }
+
+    #[test]
+    fn sticks_to_the_endpoint_in_use_over_a_local_one() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_static(vec![alt("a:1"), alt("b:1")]);
+        assert_eq!(c.pick(now, &[]), Some("a:1"));
+        c.record_success(&"b:1");
+        // A local alternative appears: the one in use stays.
+        c.set_learned(vec![Listed::new("l:1", true)]);
+        assert_eq!(c.pick(now, &[]), Some("b:1"));
+        assert_eq!(c.in_use(), Some(&"b:1"));
+    }
+
+    #[test]
+    fn prefers_local_then_origin_then_list_order() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_learned(vec![alt("a:1"), alt(ORIGIN), Listed::new("l:1", true)]);
+        assert_eq!(c.pick(now, &[]), Some("l:1"));
+        assert_eq!(c.pick(now, &["l:1"]), Some(ORIGIN));
+        assert_eq!(c.pick(now, &["l:1", ORIGIN]), Some("a:1"));
+        // Every alternative tried, the origin too (it was listed): done.
+        assert_eq!(c.pick(now, &["l:1", ORIGIN, "a:1"]), None);
+    }
+
+    #[test]
+    fn a_network_error_blocks_for_the_block_period() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_static(vec![alt("a:1"), alt("b:1")]);
+        c.record_success(&"a:1");
+        let block = c.record_failure(&"a:1", Failure::Network, now);
+        assert_eq!(block, Block::Until(now + Duration::from_secs(20)));
+        assert_eq!(c.in_use(), None);
+        assert_eq!(c.pick(now, &[]), Some("b:1"));
+        let later = now + Duration::from_secs(19);
+        assert_eq!(c.pick(later, &[]), Some("b:1"));
+        // b fails too: everything blocked, fall back to the origin.
+        c.record_failure(&"b:1", Failure::Network, later);
+        assert_eq!(c.pick(later, &[]), Some(ORIGIN));
+        // After the period a is usable again (b still blocked).
+        let after = now + Duration::from_secs(20);
+        assert!(!c.is_blocked(&"a:1", after));
+        assert_eq!(c.pick(after, &[]), Some("a:1"));
+        assert_eq!(c.expire(after), 0);
+    }
+
+    #[test]
+    fn a_certificate_error_blocks_for_good() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_static(vec![alt("bad:1"), alt("b:1")]);
+        c.record_failure(&"bad:1", Failure::Certificate, now);
+        let much_later = now + Duration::from_secs(86_400);
+        c.expire(much_later);
+        assert_eq!(c.block(&"bad:1", much_later), Some(Block::Forever));
+        assert_eq!(c.pick(much_later, &[]), Some("b:1"));
+        // Neither a later network error nor a success lifts it.
+        c.record_failure(&"bad:1", Failure::Network, much_later);
+        c.record_success(&"bad:1");
+        assert!(c.is_blocked(&"bad:1", much_later + Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn learned_alternatives_expire_and_are_relisted() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_learned(vec![alt("a:1").expires(now + Duration::from_secs(5))]);
+        c.set_static(vec![alt("s:1")]);
+        assert_eq!(c.pick(now, &[]), Some("s:1"), "static first in list order");
+        c.record_success(&"a:1");
+        assert_eq!(c.pick(now, &[]), Some("a:1"));
+        assert_eq!(c.expire(now + Duration::from_secs(4)), 0);
+        assert_eq!(c.expire(now + Duration::from_secs(5)), 1);
+        assert!(!c.is_listed(&"a:1"));
+        assert_eq!(
+            c.pick(now + Duration::from_secs(5), &[]),
+            Some("s:1"),
+            "an expired endpoint is no longer sticky"
+        );
+        c.set_learned(vec![alt("a:1")]);
+        assert_eq!(c.pick(now, &[]), Some("a:1"), "relisted, and still in use");
+    }
+
+    #[test]
+    fn the_origin_in_use_as_a_fallback_does_not_stick() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_static(vec![alt("a:1")]);
+        c.record_failure(&"a:1", Failure::Network, now);
+        assert_eq!(c.pick(now, &[]), Some(ORIGIN));
+        c.record_success(&ORIGIN);
+        let after = now + Duration::from_secs(21);
+        assert_eq!(c.pick(after, &[]), Some("a:1"));
+    }
+
+    #[test]
+    fn duplicates_across_sources_count_once() {
+        let mut c = choice();
+        c.set_static(vec![alt("a:1")]);
+        c.set_learned(vec![alt("a:1"), alt("b:1")]);
+        let keys: Vec<_> = c.alternatives().iter().map(|l| l.key).collect();
+        assert_eq!(keys, ["a:1", "b:1"]);
+        c.set_learned(Vec::new());
+        assert_eq!(c.alternatives().len(), 1, "clear keeps the static list");
+    }
+}
