@@ -5,9 +5,11 @@
 //!
 //! Each trial starts three fresh `apiway standin` processes, the proxy in
 //! front of them, and a client that starts an HTTPS request (a new TLS
-//! connection, `GET /readyz`, 2 s timeout) every 10 ms. After 1 s the
-//! stand-in that answered the first request is killed or stopped; the
-//! client goes on for 10 s more.
+//! connection, `GET /readyz`, 2 s timeout) every 10 ms. After 1 s (plus
+//! a per-round shift) the stand-in that answers a request at that moment
+//! is killed or stopped; the
+//! client goes on for 20 s more. A proxy that has not recovered 18 s
+//! after the fault is reported with that window, and a note says so.
 //!
 //! Recovery time is measured from the fault to the start of the first
 //! request after which no request failed: for a proxy that spreads load
@@ -33,11 +35,18 @@ use crate::report::{Better, Row, ScenarioReport, Target};
 const TICK: Duration = Duration::from_millis(10);
 /// How long one request may take before it counts as failed.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+/// Added to [`BEFORE_FAULT`] per round, to sample health-check phases.
+const PHASE_STEP: Duration = Duration::from_millis(700);
 /// Requests before the fault (a warm, measured steady state).
 const BEFORE_FAULT: Duration = Duration::from_secs(1);
-/// Requests after the fault: longer than HAProxy needs to mark a server
-/// down with `inter 2s fall 3`.
-const AFTER_FAULT: Duration = Duration::from_secs(10);
+/// Requests after the fault: longer than HAProxy needs to mark a hung
+/// server down with `inter 2s fall 3` (each failed check of a hung server
+/// also waits out its own timeout).
+const AFTER_FAULT: Duration = Duration::from_secs(20);
+/// A recovery counts only when the requests after it kept succeeding for
+/// at least this long (else a round-robin proxy that still sends every
+/// third request to the dead server would look recovered at the end).
+const STABLE: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
@@ -97,9 +106,24 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
             let mut times = Vec::new();
             let mut failures = Vec::new();
             for round in 0..rounds {
-                let o = trial(settings, &ca, *c, fault).await.with_context(|| {
-                    format!("{} {} round {}", c.label(), fault.label(), round + 1)
-                })?;
+                // Health checks run on a fixed period from the proxy's
+                // start; shifting the fault by 0, 0.7 and 1.4 s samples
+                // different phases of it (both the 1 s and the 2 s period).
+                let phase = PHASE_STEP * round as u32;
+                let o = trial(settings, &ca, *c, fault, phase)
+                    .await
+                    .with_context(|| {
+                        format!("{} {} round {}", c.label(), fault.label(), round + 1)
+                    })?;
+                if o.recovery > AFTER_FAULT - STABLE {
+                    report.notes.push(format!(
+                        "agent_failover {} {} round {}: NOT recovered within {} s; the figure is that window",
+                        c.label(),
+                        fault.label(),
+                        round + 1,
+                        (AFTER_FAULT - STABLE).as_secs()
+                    ));
+                }
                 eprintln!(
                     "  agent_failover {:>8} {}: recovered in {:.3} s, {} of {} requests failed",
                     c.label(),
@@ -127,7 +151,7 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         report.rows.push(failed);
     }
     report.notes.push(format!(
-        "agent_failover: three `apiway standin` processes; a new TLS connection with `GET /readyz` every {} ms ({} s timeout); the stand-in that answered first is signalled after {} s; apiway = `apiway agent` with its defaults (https:/readyz every 1s, 1s timeout, down after 1 failure, prefer-local then lowest latency); HAProxy = `balance roundrobin`, `option httpchk GET /readyz`, `check check-ssl verify none inter 2s fall 3 rise 2`; recovery = fault to the start of the first request after which none failed",
+        "agent_failover: three `apiway standin` processes; a new TLS connection with `GET /readyz` every {} ms ({} s timeout); the stand-in that answers a request at the fault moment is signalled after {} s (+0, +0.7, +1.4 s in rounds 1 to 3, to sample health-check phases); apiway = `apiway agent` with its defaults (https:/readyz every 1s, 1s timeout, down after 1 failure, prefer-local then lowest latency); HAProxy = `balance roundrobin`, `option httpchk GET /readyz`, `check check-ssl verify none inter 2s fall 3 rise 2`; recovery = fault to the start of the first request after which none failed",
         TICK.as_millis(),
         REQUEST_TIMEOUT.as_secs(),
         BEFORE_FAULT.as_secs()
@@ -140,6 +164,7 @@ async fn trial(
     ca: &Ca,
     contender: Contender,
     fault: Fault,
+    phase: Duration,
 ) -> Result<Outcome> {
     let apiway = settings.lineup.apiway.as_path();
     let cert = ca.issue_server(
@@ -164,57 +189,70 @@ async fn trial(
         ),
     };
     let config = pki::client_config(ca, None, &[b"http/1.1"])?;
-    // Let the proxy's first health checks run, then take the server the
-    // client is using.
+    // Let the proxy's first health checks run.
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let first = request(listen, config.clone()).await;
-    let active = first.as_ref().ok().cloned().with_context(|| {
-        format!(
-            "the first request through {} failed: {first:?}",
+    if let Err(e) = request(listen, config.clone()).await {
+        bail!(
+            "the first request through {} failed: {e:#}",
             contender.label()
-        )
-    })?;
-    let victim = standins
-        .iter_mut()
-        .find(|s| s.name() == active)
-        .with_context(|| format!("no stand-in named {active}"))?;
+        );
+    }
 
     let started = Instant::now();
-    let fault_at = started + BEFORE_FAULT;
-    let end = fault_at + AFTER_FAULT;
+    let fault_planned = started + BEFORE_FAULT + phase;
+    let end = fault_planned + AFTER_FAULT;
     let mut tasks = tokio::task::JoinSet::new();
     let mut ticker = tokio::time::interval(TICK);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut faulted = false;
+    let mut fault_time = None;
+    let mut victim = None;
     loop {
         let now = ticker.tick().await;
         if now >= end {
             break;
         }
-        if !faulted && now >= fault_at {
+        if fault_time.is_none() && now >= fault_planned {
+            // The server the proxy sends to right now: the agent's choice
+            // follows measured latency and may have moved since the start.
+            let active = request(listen, config.clone())
+                .await
+                .context("the request that picks the victim failed")?;
+            let index = standins
+                .iter()
+                .position(|s| s.name() == active)
+                .with_context(|| format!("no stand-in named {active}"))?;
             match fault {
-                Fault::Kill => victim.kill(),
-                Fault::Hang => victim.hang()?,
+                Fault::Kill => standins[index].kill(),
+                Fault::Hang => standins[index].hang()?,
             }
-            faulted = true;
+            fault_time = Some(Instant::now());
+            victim = Some(index);
+            continue;
         }
         let config = config.clone();
         tasks.spawn(async move { (now, request(listen, config).await.is_ok()) });
     }
-    let fault_time = fault_at;
+    let fault_time = fault_time.context("the fault was never injected")?;
     let mut results = Vec::new();
     while let Some(r) = tasks.join_next().await {
         results.push(r?);
     }
-    if fault == Fault::Hang {
-        victim.resume()?;
+    if let (Fault::Hang, Some(i)) = (fault, victim) {
+        standins[i].resume()?;
     }
     results.sort_by_key(|(t, _)| *t);
     let after: Vec<&(Instant, bool)> = results.iter().filter(|(t, _)| *t >= fault_time).collect();
-    let failed = after.iter().filter(|(_, ok)| !ok).count();
+    // Requests in flight at the fault fail because of it too; failures
+    // earlier than that mean the setup was broken.
+    let in_flight = fault_time - REQUEST_TIMEOUT;
+    let hit_in_flight = results
+        .iter()
+        .filter(|(t, ok)| *t >= in_flight && *t < fault_time && !ok)
+        .count();
+    let failed = after.iter().filter(|(_, ok)| !ok).count() + hit_in_flight;
     let before_failed = results
         .iter()
-        .filter(|(t, ok)| *t < fault_time && !ok)
+        .filter(|(t, ok)| *t < in_flight && !ok)
         .count();
     if before_failed > 0 {
         bail!("{before_failed} requests failed before the fault");
@@ -225,8 +263,9 @@ async fn trial(
             .first()
             .map_or(Duration::ZERO, |(t, _)| *t - fault_time),
         Some(i) => match after.get(i + 1) {
-            Some((t, _)) => *t - fault_time,
-            None => bail!("still failing {} s after the fault", AFTER_FAULT.as_secs()),
+            Some((t, _)) if end - *t >= STABLE => *t - fault_time,
+            // Not recovered within the window: report the window, marked.
+            _ => AFTER_FAULT - STABLE + Duration::from_nanos(1),
         },
     };
     Ok(Outcome {
