@@ -7,9 +7,9 @@
 //! front of them, and a client that starts an HTTPS request (a new TLS
 //! connection, `GET /readyz`, 2 s timeout) every 10 ms. After 1 s (plus
 //! a per-round shift) the stand-in that answers a request at that moment
-//! is killed or stopped; the
-//! client goes on for 20 s more. A proxy that has not recovered 18 s
-//! after the fault is reported with that window, and a note says so.
+//! is killed or stopped; the client goes on for 20 s more. A proxy that
+//! has not recovered 18 s after the fault is reported with that window,
+//! and a note says so.
 //!
 //! Recovery time is measured from the fault to the start of the first
 //! request after which no request failed: for a proxy that spreads load
