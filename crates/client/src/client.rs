@@ -1,0 +1,359 @@
+//! The client: picks an endpoint with core's [`EndpointChoice`], keeps one
+//! HTTP/2 connection per endpoint, moves a request on when that is safe,
+//! and learns alternatives from the answers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use apiway_core::choice::{Block, ChoicePolicy, EndpointChoice, Failure, Listed};
+use apiway_core::endpoint::{is_local_ip, Address, Endpoint, Host};
+use apiway_core::metrics::BackendHandles;
+use bytes::Bytes;
+use http::header::HOST;
+use http::{HeaderValue, Method, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use rustls_pki_types::ServerName;
+
+use crate::config::ClientConfig;
+use crate::connect::{Body, Dialer, Target};
+use crate::error::{Attempt, Error};
+use crate::learn::{self, Learned};
+
+/// An HTTPS (HTTP/2) client for one API server origin that fails over
+/// between the origin's endpoints. Cheap to clone; clones share endpoints,
+/// connections and blocks.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ClientConfig,
+    dialer: Dialer,
+    origin_target: Target,
+    alternative_name: ServerName<'static>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    choice: EndpointChoice<Address>,
+    /// core's view of each endpoint: resolution and dialing.
+    endpoints: HashMap<Address, Arc<Endpoint>>,
+    connections: HashMap<Address, SendRequest<Body>>,
+}
+
+/// What the client knows about one endpoint, for diagnostics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointStatus {
+    /// `host:port`.
+    pub address: String,
+    /// Whether it is the origin (which is also listed when an alternative
+    /// names it).
+    pub origin: bool,
+    /// Whether its address is on a local interface.
+    pub local: bool,
+    /// The block on it, if any.
+    pub blocked: Option<Block>,
+    /// Whether it answered last and is still used.
+    pub in_use: bool,
+}
+
+impl Client {
+    /// A client for `config`. Makes no connection yet.
+    pub fn new(config: ClientConfig) -> Result<Client, Error> {
+        let origin_host = match &config.origin.host {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Name(name) => name.clone(),
+        };
+        let origin_target = Target {
+            server_name: server_name(&origin_host)?,
+            authority: authority(&config.origin)?,
+            alt_used: None,
+        };
+        let alternative_name = server_name(&config.alternative_server_name)?;
+        let mut choice = EndpointChoice::new(
+            config.origin.clone(),
+            ChoicePolicy {
+                block_period: config.block_period,
+            },
+        );
+        choice.set_static(
+            config
+                .alternative_hosts
+                .iter()
+                .map(|a| Listed::new(a.clone(), is_local(a)))
+                .collect(),
+        );
+        let dialer = Dialer::new(
+            &config.tls,
+            config.connect_timeout,
+            config.check_timeout,
+            config.keepalive,
+        );
+        Ok(Client {
+            inner: Arc::new(Inner {
+                config,
+                dialer,
+                origin_target,
+                alternative_name,
+                state: Mutex::new(State {
+                    choice,
+                    endpoints: HashMap::new(),
+                    connections: HashMap::new(),
+                }),
+            }),
+        })
+    }
+
+    /// `GET path` (path and query, e.g. `/api/v1/pods?limit=10`).
+    pub async fn get(&self, path: &str) -> Result<Response<Incoming>, Error> {
+        let request = Request::get(path)
+            .body(Bytes::new())
+            .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        self.send(request).await
+    }
+
+    /// Sends `request` to the best endpoint, moving on to the next one when
+    /// the request was never sent or is a GET or HEAD. The URI's path and
+    /// query are used; its scheme and authority are replaced by the chosen
+    /// endpoint's. A `Host` header is dropped (HTTP/2 carries
+    /// `:authority`), and so are request extensions.
+    ///
+    /// A response of any status is returned as is; only failures to get
+    /// one move the request.
+    pub async fn send(&self, request: Request<Bytes>) -> Result<Response<Incoming>, Error> {
+        let (mut parts, body) = request.into_parts();
+        let path = parts
+            .uri
+            .path_and_query()
+            .cloned()
+            .ok_or_else(|| Error::InvalidRequest(format!("`{}` has no path", parts.uri)))?;
+        parts.headers.remove(HOST);
+        let repeatable = parts.method == Method::GET || parts.method == Method::HEAD;
+        let mut tried: Vec<Address> = Vec::new();
+        let mut attempts: Vec<Attempt> = Vec::new();
+        loop {
+            let now = Instant::now();
+            let picked = {
+                let mut state = self.state();
+                state.choice.expire(now);
+                state.choice.pick(now, &tried)
+            };
+            let Some(key) = picked else {
+                return Err(Error::Unreachable { attempts });
+            };
+            tried.push(key.clone());
+            // The origin is dialed as a plain client would, even when an
+            // alternative names it.
+            let alternative = key != self.inner.config.origin;
+            let target = self.target(&key, alternative)?;
+            let mut sender = match self.connection(&key, &target, alternative).await {
+                Ok(sender) => sender,
+                Err(e) => {
+                    self.fail(&key, e.failure, &e.reason, &mut attempts);
+                    continue;
+                }
+            };
+            let uri = Uri::builder()
+                .scheme("https")
+                .authority(target.authority.clone())
+                .path_and_query(path.clone())
+                .build()
+                .map_err(|e| Error::InvalidRequest(e.to_string()))?;
+            let mut outgoing = Request::new(Body::new(body.clone()));
+            *outgoing.method_mut() = parts.method.clone();
+            *outgoing.uri_mut() = uri;
+            *outgoing.headers_mut() = parts.headers.clone();
+            if let Some(alt_used) = &target.alt_used {
+                outgoing
+                    .headers_mut()
+                    .insert(crate::ALT_USED, alt_used.clone());
+            }
+            match sender.try_send_request(outgoing).await {
+                Ok(response) => {
+                    self.succeeded(&key, &response);
+                    return Ok(response);
+                }
+                Err(mut e) => {
+                    let never_sent = e.take_message().is_some();
+                    let error = e.into_error();
+                    self.fail(&key, Failure::Network, &error.to_string(), &mut attempts);
+                    if !(never_sent || repeatable) {
+                        return Err(Error::MaybeSent {
+                            method: parts.method,
+                            endpoint: key.to_string(),
+                            source: error,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The endpoint in use, `host:port`, once one has answered.
+    pub fn endpoint_in_use(&self) -> Option<String> {
+        self.state().choice.in_use().map(Address::to_string)
+    }
+
+    /// Every endpoint the client knows (the origin first), with its state.
+    pub fn endpoints(&self) -> Vec<EndpointStatus> {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.choice.expire(now);
+        let choice = &state.choice;
+        let origin = choice.origin().clone();
+        let mut out = vec![EndpointStatus {
+            address: origin.to_string(),
+            origin: true,
+            local: is_local(&origin),
+            blocked: choice.block(&origin, now),
+            in_use: choice.in_use() == Some(&origin),
+        }];
+        for listed in choice.alternatives() {
+            if listed.key == origin {
+                continue;
+            }
+            out.push(EndpointStatus {
+                address: listed.key.to_string(),
+                origin: false,
+                local: listed.local,
+                blocked: choice.block(&listed.key, now),
+                in_use: choice.in_use() == Some(&listed.key),
+            });
+        }
+        out
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        match self.inner.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    fn target(&self, key: &Address, alternative: bool) -> Result<Target, Error> {
+        if !alternative {
+            return Ok(self.inner.origin_target.clone());
+        }
+        let name = &self.inner.config.alternative_server_name;
+        let authority = if key.port == 443 {
+            name.clone()
+        } else {
+            format!("{name}:{}", key.port)
+        };
+        Ok(Target {
+            server_name: self.inner.alternative_name.clone(),
+            authority: authority
+                .parse()
+                .map_err(|_| Error::InvalidServerName { name: name.clone() })?,
+            alt_used: HeaderValue::from_str(&key.to_string()).ok(),
+        })
+    }
+
+    /// The open connection to `key`, or a new one (checked first when
+    /// `alternative`).
+    async fn connection(
+        &self,
+        key: &Address,
+        target: &Target,
+        alternative: bool,
+    ) -> Result<SendRequest<Body>, crate::connect::ConnectError> {
+        let endpoint = {
+            let mut state = self.state();
+            if let Some(sender) = state.connections.get(key) {
+                if !sender.is_closed() {
+                    return Ok(sender.clone());
+                }
+                state.connections.remove(key);
+            }
+            state
+                .endpoints
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(Endpoint::new(key.clone(), BackendHandles::default())))
+                .clone()
+        };
+        let sender = self
+            .inner
+            .dialer
+            .connect(&endpoint, target, alternative)
+            .await?;
+        self.state().connections.insert(key.clone(), sender.clone());
+        tracing::debug!(endpoint = %key, alternative, "connected");
+        Ok(sender)
+    }
+
+    fn fail(&self, key: &Address, failure: Failure, reason: &str, attempts: &mut Vec<Attempt>) {
+        let block = {
+            let mut state = self.state();
+            state.connections.remove(key);
+            state.choice.record_failure(key, failure, Instant::now())
+        };
+        tracing::warn!(endpoint = %key, ?failure, ?block, "API server endpoint failed: {reason}");
+        attempts.push(Attempt {
+            endpoint: key.to_string(),
+            failure,
+            reason: reason.to_owned(),
+        });
+    }
+
+    fn succeeded(&self, key: &Address, response: &Response<Incoming>) {
+        let now = Instant::now();
+        let mut state = self.state();
+        if state.choice.in_use() != Some(key) {
+            tracing::info!(endpoint = %key, "API server endpoint in use");
+        }
+        state.choice.record_success(key);
+        if !self.inner.config.learn_alt_svc {
+            return;
+        }
+        let previous: HashMap<Address, bool> = state
+            .choice
+            .alternatives()
+            .into_iter()
+            .map(|l| (l.key.clone(), l.local))
+            .collect();
+        let learned = learn::from_headers(
+            response.headers(),
+            &self.inner.config.origin,
+            now,
+            self.inner.config.max_age,
+            &|a| previous.get(a).copied(),
+        );
+        if let Learned::Replace(listed) = learned {
+            state.choice.set_learned(listed);
+        }
+    }
+}
+
+fn is_local(address: &Address) -> bool {
+    match address.host {
+        Host::Ip(ip) => is_local_ip(ip),
+        Host::Name(_) => false,
+    }
+}
+
+fn server_name(name: &str) -> Result<ServerName<'static>, Error> {
+    ServerName::try_from(name.to_owned()).map_err(|_| Error::InvalidServerName {
+        name: name.to_owned(),
+    })
+}
+
+fn authority(address: &Address) -> Result<http::uri::Authority, Error> {
+    let text = if address.port == 443 {
+        match &address.host {
+            Host::Ip(std::net::IpAddr::V6(ip)) => format!("[{ip}]"),
+            Host::Ip(ip) => ip.to_string(),
+            Host::Name(n) => n.clone(),
+        }
+    } else {
+        address.to_string()
+    };
+    text.parse().map_err(|_| Error::InvalidOrigin {
+        origin: address.to_string(),
+        reason: "cannot be an HTTP authority".into(),
+    })
+}

@@ -1,0 +1,185 @@
+//! How a [`Client`](crate::Client) is set up.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apiway_core::endpoint::{Address, Host};
+
+use crate::error::Error;
+
+/// The TLS server name and `:authority` used on an alternative endpoint:
+/// every API server certificate carries it.
+pub const DEFAULT_ALTERNATIVE_SERVER_NAME: &str = "kubernetes.default";
+
+/// Settings of a [`Client`](crate::Client); [`ClientConfig::new`] fills in
+/// the defaults, the fields can be changed after.
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The origin's host and port (`https://host[:port]`, port 443 by
+    /// default), as a plain client would dial it.
+    pub origin: Address,
+    /// The TLS settings: trusted roots and client certificate. ALPN is set
+    /// to `h2` by the client whatever this says.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Alternatives that are always listed (`alternative_hosts`); they do
+    /// not expire.
+    pub alternative_hosts: Vec<Address>,
+    /// TLS server name and `:authority` on an alternative (default
+    /// [`DEFAULT_ALTERNATIVE_SERVER_NAME`]).
+    pub alternative_server_name: String,
+    /// Learn alternatives from `Alt-Svc` response headers (default true).
+    pub learn_alt_svc: bool,
+    /// How long a network error blocks an endpoint (default 20 s).
+    pub block_period: Duration,
+    /// Longest time an alternative learned from `Alt-Svc` stays listed,
+    /// whatever its `ma` says (default 70 s, the API server's shutdown
+    /// delay).
+    pub max_age: Duration,
+    /// Time for one TCP connect (default 2 s).
+    pub connect_timeout: Duration,
+    /// Time for the TLS handshake plus, on an alternative, the `/readyz`
+    /// check (default 5 s).
+    pub check_timeout: Duration,
+    /// HTTP/2 PING interval on idle and busy connections; a PING not
+    /// answered within the same time closes the connection (default 10 s).
+    pub keepalive: Duration,
+}
+
+impl ClientConfig {
+    /// A config for `origin` (`https://host[:port]`; a path is ignored) with
+    /// the defaults and no static alternatives.
+    pub fn new(origin: &str, tls: Arc<rustls::ClientConfig>) -> Result<ClientConfig, Error> {
+        Ok(ClientConfig {
+            origin: parse_origin(origin)?,
+            tls,
+            alternative_hosts: Vec::new(),
+            alternative_server_name: DEFAULT_ALTERNATIVE_SERVER_NAME.to_owned(),
+            learn_alt_svc: true,
+            block_period: Duration::from_secs(20),
+            max_age: Duration::from_secs(70),
+            connect_timeout: Duration::from_secs(2),
+            check_timeout: Duration::from_secs(5),
+            keepalive: Duration::from_secs(10),
+        })
+    }
+
+    /// Sets the static alternatives from a comma-separated list of `host`,
+    /// `host:port` or `[v6]:port` (a missing port is the origin's), as the
+    /// proposal's `alternative_hosts` field. Empty entries are skipped.
+    pub fn with_alternative_hosts(mut self, list: &str) -> Result<ClientConfig, Error> {
+        let mut hosts = Vec::new();
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let address = parse_host_port(entry, self.origin.port).map_err(|reason| {
+                Error::InvalidAlternative {
+                    entry: entry.to_owned(),
+                    reason,
+                }
+            })?;
+            if !hosts.contains(&address) {
+                hosts.push(address);
+            }
+        }
+        self.alternative_hosts = hosts;
+        Ok(self)
+    }
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`; `default_port` when none.
+pub(crate) fn parse_host_port(text: &str, default_port: u16) -> Result<Address, String> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Ok(Address {
+            host: Host::Ip(ip),
+            port: default_port,
+        });
+    }
+    if let Some(v6) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        let ip: IpAddr = v6
+            .parse()
+            .map_err(|_| format!("`{v6}` is not an IPv6 address"))?;
+        return Ok(Address {
+            host: Host::Ip(ip),
+            port: default_port,
+        });
+    }
+    let has_port = text.starts_with('[') || text.contains(':');
+    if has_port {
+        Address::parse(text)
+    } else {
+        Address::parse(&format!("{text}:{default_port}"))
+    }
+}
+
+fn parse_origin(origin: &str) -> Result<Address, Error> {
+    let invalid = |reason: &str| Error::InvalidOrigin {
+        origin: origin.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let uri: http::Uri = origin
+        .parse()
+        .map_err(|_| invalid("not a URL; write it as https://host[:port]"))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(invalid("only https is supported"));
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| invalid("has no host; write it as https://host[:port]"))?;
+    if authority.as_str().contains('@') {
+        return Err(invalid("user information in the URL is not supported"));
+    }
+    let port = authority.port_u16().unwrap_or(443);
+    parse_host_port(authority.host(), port).map_err(|reason| invalid(&reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tls() -> Arc<rustls::ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .expect("versions")
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+        )
+    }
+
+    #[test]
+    fn origin_forms() {
+        let c = ClientConfig::new("https://API.example.com", tls()).expect("origin");
+        assert_eq!(c.origin.to_string(), "api.example.com:443");
+        let c = ClientConfig::new("https://[::1]:6443/", tls()).expect("origin");
+        assert_eq!(c.origin.to_string(), "[::1]:6443");
+        for bad in ["http://a:1", "a:1", "https://", "https://u@a:1"] {
+            assert!(ClientConfig::new(bad, tls()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn alternative_hosts_list() {
+        let c = ClientConfig::new("https://lb:6443", tls())
+            .expect("origin")
+            .with_alternative_hosts(
+                " 10.0.0.1, 10.0.0.2:7443,,[fd00::1]:6443, [fd00::2], api-1 ,10.0.0.1",
+            )
+            .expect("list");
+        let names: Vec<String> = c.alternative_hosts.iter().map(|a| a.to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "10.0.0.1:6443",
+                "10.0.0.2:7443",
+                "[fd00::1]:6443",
+                "[fd00::2]:6443",
+                "api-1:6443"
+            ]
+        );
+        let err = ClientConfig::new("https://lb:6443", tls())
+            .expect("origin")
+            .with_alternative_hosts("10.0.0.1:x")
+            .expect_err("bad port");
+        assert!(err.to_string().contains("10.0.0.1:x"), "{err}");
+    }
+}

@@ -1,0 +1,94 @@
+//! API server failover inside Rust programs.
+//!
+//! A [`Client`] talks HTTPS (HTTP/2) to one Kubernetes API server origin,
+//! say the internal load balancer `https://api-int.example:6443`, and
+//! sends each request to the best of the origin's endpoints instead, the
+//! way the OpenShift "resilient control-plane networking" proposal
+//! describes. Endpoints come from `Alt-Svc` response headers (RFC 7838,
+//! parsed by `apiway_wire::altsvc`) and from a static list
+//! (`alternative_hosts`); the choice among them is
+//! [`apiway_core::choice`], shared with the agent and the gateway:
+//!
+//! 1. the endpoint in use, while it works (no flapping);
+//! 2. otherwise an alternative whose address is on a local interface;
+//! 3. otherwise the origin, if listed; otherwise the next alternative;
+//! 4. when every alternative is blocked or failed, the origin itself.
+//!
+//! # What happens on each kind of failure
+//!
+//! | failure | the endpoint | the request |
+//! |---|---|---|
+//! | TCP connect refused or timed out ([`ClientConfig::connect_timeout`]) | blocked for [`ClientConfig::block_period`] (20 s) | moves to the next endpoint: it was never sent |
+//! | TLS handshake fails (reset, timeout) | blocked for the block period | moves on: never sent |
+//! | certificate does not verify | blocked for good (until the client is dropped) | moves on: never sent |
+//! | `/readyz` is not 200 (checked on every new connection to an alternative) | blocked for the block period | moves on: never sent |
+//! | connection fails before the request was written | blocked for the block period | moves on |
+//! | connection fails after the request may have been written | blocked for the block period | GET and HEAD move on; any other method returns [`Error::MaybeSent`] and is **not** sent again |
+//! | every alternative blocked or failed | — | the origin is tried once, blocked or not; if it fails too, [`Error::Unreachable`] lists each attempt |
+//! | the response body breaks off after the headers | — | the caller sees the body error; nothing is retried |
+//! | any HTTP status, 5xx included | nothing changes | returned as is |
+//!
+//! Alternatives learned from `Alt-Svc` expire after min(`ma`, [`ClientConfig::max_age`]
+//! (70 s)); each response that carries `Alt-Svc` replaces the learned list
+//! (`clear` empties it; alternatives other than `h2` are ignored; a header
+//! that does not parse is ignored). With no alternatives the client sends
+//! every request to the origin, exactly as a plain HTTP/2 client would.
+//!
+//! On an alternative, the TLS server name and `:authority` are
+//! `kubernetes.default` ([`ClientConfig::alternative_server_name`]) and the
+//! request carries `Alt-Used: host:port`. The certificate is always
+//! verified against [`ClientConfig::tls`]'s roots.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use apiway_client::{Client, ClientConfig};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // Trust the cluster CA, present a client certificate if you have one.
+//! let mut roots = rustls::RootCertStore::empty();
+//! let ca = std::fs::read("/etc/kubernetes/pki/ca.crt")?;
+//! for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca) {
+//!     roots.add(cert?)?;
+//! }
+//! let provider = Arc::new(rustls::crypto::ring::default_provider());
+//! let tls = rustls::ClientConfig::builder_with_provider(provider)
+//!     .with_safe_default_protocol_versions()?
+//!     .with_root_certificates(roots)
+//!     .with_no_client_auth();
+//!
+//! let config = ClientConfig::new("https://api-int.example:6443", Arc::new(tls))?
+//!     .with_alternative_hosts("10.0.0.11, 10.0.0.12, 10.0.0.13")?;
+//! let client = Client::new(config)?;
+//!
+//! let response = client.get("/api/v1/namespaces/default/pods?limit=10").await?;
+//! println!("{} from {:?}", response.status(), client.endpoint_in_use());
+//! for endpoint in client.endpoints() {
+//!     println!("{endpoint:?}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Not built yet
+//!
+//! EndpointSlice discovery, the kube-rs integration, the server-side
+//! `Alt-Svc` layer, `apiway endpoints`, metrics: see the README.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod client;
+mod config;
+mod connect;
+mod error;
+mod learn;
+
+pub use apiway_core::choice::{Block, Failure};
+pub use apiway_core::endpoint::Address;
+pub use client::{Client, EndpointStatus};
+pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
+pub use error::{Attempt, Error};
+
+/// The `Alt-Used` request header (RFC 7838 section 5).
+pub const ALT_USED: http::HeaderName = http::HeaderName::from_static("alt-used");
