@@ -62,9 +62,10 @@ impl Agent {
         let mut sockets = Vec::new();
         for addr in &snapshot.listen {
             let socket = listener::bind(*addr).map_err(|e| {
-                if snapshot.addresses.addresses.contains(&addr.ip()) || !addr.ip().is_loopback() {
+                let owned = snapshot.addresses.addresses.contains(&addr.ip());
+                if !owned && e.to_string().contains("no local interface") {
                     anyhow::anyhow!(
-                        "--listen {e}; give --bind-address {} to have the agent add it",
+                        "--listen {e}; add --bind-address {} to have the agent add it",
                         addr.ip()
                     )
                 } else {

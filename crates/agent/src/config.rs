@@ -104,6 +104,10 @@ pub struct ConfigFile {
     /// Open client connections per listener (default 10000).
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// Close relayed connections when a health check takes their endpoint
+    /// down (default false).
+    #[serde(default)]
+    pub close_on_down: Option<bool>,
     /// How often DNS names are re-resolved (default 10s).
     #[serde(default, with = "apiway_core::duration::option")]
     pub dns_refresh: Option<Duration>,
@@ -189,6 +193,8 @@ pub struct Flags {
     pub idle_timeout: Option<Duration>,
     /// `--max-connections`.
     pub max_connections: Option<usize>,
+    /// `--close-on-down`.
+    pub close_on_down: bool,
     /// `--drain-delay`.
     pub drain_delay: Option<Duration>,
     /// `--grace-period`.
@@ -212,6 +218,8 @@ pub struct UpstreamSpec {
     pub connect_response_timeout: Duration,
     /// Relay settings.
     pub relay: RelayConfig,
+    /// Close relayed connections when their endpoint is marked down.
+    pub close_on_down: bool,
     /// DNS re-resolution interval.
     pub dns_refresh: Duration,
 }
@@ -452,6 +460,7 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
                 idle_timeout,
                 ..RelayConfig::default()
             },
+            close_on_down: flags.close_on_down || file.close_on_down.unwrap_or(false),
             dns_refresh,
         },
         max_connections,

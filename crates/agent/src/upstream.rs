@@ -32,12 +32,31 @@ pub(crate) async fn serve(
     let _slot = slot;
     // Boxed: the dial and CONNECT phases hold far more than the relay, and
     // an idle connection should pay only for the relay.
-    let Some((client, connected, relay)) = Box::pin(prepare(&shared, &handles, client, peer)).await
+    let Some((client, connected, relay, close_on_down)) =
+        Box::pin(prepare(&shared, &handles, client, peer)).await
     else {
         return;
     };
-    let outcome = forward::relay(client, connected, &relay).await;
-    tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
+    if !close_on_down {
+        let outcome = forward::relay(client, connected, &relay).await;
+        tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
+        return;
+    }
+    let endpoint = connected.lease.endpoint().clone();
+    let down = endpoint.marked_down();
+    tokio::pin!(down);
+    // Registered before relaying, so a verdict in between is not missed.
+    down.as_mut().enable();
+    tokio::select! {
+        outcome = forward::relay(client, connected, &relay) => {
+            tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
+        }
+        _ = down => {
+            // Dropping the relay closes both sockets: the client reconnects
+            // and gets an endpoint that answers.
+            tracing::info!(%peer, backend = endpoint.name(), "endpoint marked down; closing its connection (--close-on-down)");
+        }
+    }
 }
 
 struct OpenGuard<'a>(&'a ListenerHandles);
@@ -55,7 +74,7 @@ async fn prepare(
     handles: &ListenerHandles,
     mut client: TcpStream,
     peer: SocketAddr,
-) -> Option<(TcpStream, Connected, RelayConfig)> {
+) -> Option<(TcpStream, Connected, RelayConfig, bool)> {
     let upstream = shared.upstream();
     let destination = match client.local_addr() {
         Ok(a) => a,
@@ -122,7 +141,12 @@ async fn prepare(
             }
         }
     }
-    Some((client, connected, upstream.relay.clone()))
+    Some((
+        client,
+        connected,
+        upstream.relay.clone(),
+        upstream.close_on_down,
+    ))
 }
 
 fn connect_authority(upstream: &UpstreamSpec, destination: SocketAddr) -> String {
@@ -214,6 +238,7 @@ mod tests {
             connect_authority: None,
             connect_response_timeout: std::time::Duration::from_secs(1),
             relay: RelayConfig::default(),
+            close_on_down: false,
             dns_refresh: std::time::Duration::from_secs(10),
         }
     }

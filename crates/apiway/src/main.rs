@@ -142,6 +142,12 @@ struct AgentArgs {
     /// Open connections per listener; more are closed at once [default: 10000].
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Close relayed connections when a health check takes their endpoint
+    /// down, so clients holding long-lived connections (watches) to a hung
+    /// API server reconnect to a working one [default: off: established
+    /// connections are left alone].
+    #[arg(long)]
+    close_on_down: bool,
     /// Admin endpoint ip:port (/healthz /livez /readyz /metrics) [default: none].
     #[arg(long, value_name = "IP:PORT")]
     admin: Option<String>,
@@ -174,6 +180,7 @@ impl AgentArgs {
             connect_timeout: self.connect_timeout,
             idle_timeout: self.idle_timeout,
             max_connections: self.max_connections,
+            close_on_down: self.close_on_down,
             drain_delay: self.drain_delay,
             grace_period: self.grace_period,
         };

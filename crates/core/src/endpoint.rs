@@ -150,6 +150,8 @@ pub struct Endpoint {
     local: AtomicBool,
     /// Whether the last DNS resolution failed (so failures log once).
     dns_failed: AtomicBool,
+    /// Wakes connections that asked to end when a check takes it down.
+    marked_down: tokio::sync::Notify,
     streaks: Mutex<Streaks>,
     metrics: BackendHandles,
 }
@@ -180,6 +182,7 @@ impl Endpoint {
             latency_us: AtomicU64::new(0),
             local: AtomicBool::new(local),
             dns_failed: AtomicBool::new(false),
+            marked_down: tokio::sync::Notify::new(),
             streaks: Mutex::new(Streaks::default()),
             metrics,
         }
@@ -370,11 +373,20 @@ impl Endpoint {
                 if self.is_up() && s.checks_failed >= check.fall {
                     self.up.store(false, Ordering::Relaxed);
                     changed = Some(false);
+                    self.marked_down.notify_waiters();
                 }
             }
         }
         self.publish_health();
         changed
+    }
+
+    /// Completes the next time an active health check takes the endpoint
+    /// down. A relay that must not outlive a hung endpoint selects on it;
+    /// call [`Notified::enable`](tokio::sync::futures::Notified::enable)
+    /// (or poll it) before relaying so a verdict in between is not missed.
+    pub fn marked_down(&self) -> tokio::sync::futures::Notified<'_> {
+        self.marked_down.notified()
     }
 
     /// Forgets what active checks said: the endpoint counts as up again.
@@ -802,6 +814,44 @@ mod tests {
             Policy::LowestLatency,
         ));
         assert_eq!(set.pick(&[]).unwrap().name(), "192.0.2.1:1");
+    }
+
+    #[tokio::test]
+    async fn a_check_taking_the_endpoint_down_wakes_its_connections() {
+        let e = Endpoint::new(
+            Address::parse("127.0.0.1:1").unwrap(),
+            BackendHandles::default(),
+        );
+        let check = crate::health::HealthCheckConfig {
+            kind: crate::health::CheckKind::Tcp,
+            path: None,
+            interval: None,
+            timeout: None,
+            rise: Some(1),
+            fall: Some(2),
+            server_name: None,
+            ca_file: None,
+            insecure_skip_verify: false,
+        }
+        .validate()
+        .unwrap();
+        let down = e.marked_down();
+        tokio::pin!(down);
+        down.as_mut().enable();
+        e.record_check(false, &check);
+        assert!(
+            futures_poll(down.as_mut()).is_pending(),
+            "one failure of fall 2"
+        );
+        e.record_check(false, &check);
+        assert!(futures_poll(down.as_mut()).is_ready());
+    }
+
+    fn futures_poll<F: std::future::Future>(
+        f: std::pin::Pin<&mut F>,
+    ) -> std::task::Poll<F::Output> {
+        let waker = std::task::Waker::noop();
+        f.poll(&mut std::task::Context::from_waker(waker))
     }
 
     #[test]
