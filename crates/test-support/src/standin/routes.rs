@@ -126,6 +126,11 @@ fn report(req: &Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> se
         "sni": conn.sni,
         "alpn": conn.alpn,
         "peer": conn.peer.to_string(),
+        "authority": req.uri().authority().map(|a| a.as_str().to_owned()),
+        "alt_used": req
+            .headers()
+            .get("alt-used")
+            .and_then(|v| v.to_str().ok()),
     })
 }
 

@@ -1,0 +1,420 @@
+//! apiway-client against real stand-in API servers on loopback (127.0.0.1
+//! to 127.0.0.4), over real TLS and HTTP/2.
+//!
+//! The origin ("the load balancer") is a stand-in on 127.0.0.1 whose
+//! certificate names `127.0.0.1`; the alternatives are stand-ins on
+//! 127.0.0.2-4 whose certificates name only `kubernetes.default`, so an
+//! answer from one proves the client used that name. Every address is on
+//! `lo`, so every alternative counts as local and the list order decides
+//! among them.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use apiway_client::{Block, Client, ClientConfig, Error};
+use apiway_test_support::pki::{self, ALPN_H2};
+use apiway_test_support::{Ca, Issued, StandinConfig, StandinServer};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+/// Every test finishes within this or fails.
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Pki {
+    /// Valid for `kubernetes.default` and 127.0.0.1.
+    good: Issued,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+fn pki() -> Result<Pki> {
+    let ca = Ca::new("apiway-client test CA")?;
+    let good = ca.issue_server(&["kubernetes.default"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)])?;
+    let tls = pki::client_config(&ca, None, &[])?;
+    Ok(Pki { good, tls })
+}
+
+async fn standin(
+    name: &str,
+    ip: &str,
+    cert: &Issued,
+    alt_svc: Option<&str>,
+) -> Result<StandinServer> {
+    let listen: SocketAddr = format!("{ip}:0").parse()?;
+    let mut config = StandinConfig::new(name, listen, cert.clone());
+    if let Some(value) = alt_svc {
+        config = config.with_alt_svc(value);
+    }
+    StandinServer::start(config).await
+}
+
+fn h2_alternatives(servers: &[&StandinServer]) -> String {
+    servers
+        .iter()
+        .map(|s| format!("h2=\"{}\"", s.addr()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn client_for(origin: &StandinServer, pki: &Pki, alternatives: &str) -> Result<Client> {
+    let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?
+        .with_alternative_hosts(alternatives)?;
+    config.block_period = Duration::from_secs(20);
+    Ok(Client::new(config)?)
+}
+
+/// GETs `path` and returns the stand-in's JSON report; any failure is an
+/// error naming the request.
+async fn get_report(client: &Client, path: &str) -> Result<serde_json::Value> {
+    let response = client
+        .get(path)
+        .await
+        .with_context(|| format!("GET {path}"))?;
+    ensure!(
+        response.status() == 200,
+        "GET {path}: {}",
+        response.status()
+    );
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok(serde_json::from_slice(&body)?)
+}
+
+async fn bounded<F: std::future::Future<Output = Result<()>>>(test: F) -> Result<()> {
+    tokio::time::timeout(TEST_TIMEOUT, test)
+        .await
+        .context("test took longer than its bound")?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_alternatives_behaves_like_a_plain_client() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let addr = origin.addr();
+        let client = client_for(&origin, &pki, "")?;
+        for _ in 0..3 {
+            let report = get_report(&client, "/api/v1/pods?limit=1").await?;
+            ensure!(report["server"] == "lb", "{report}");
+            ensure!(report["authority"] == addr.to_string(), "{report}");
+            ensure!(
+                report["alt_used"].is_null(),
+                "no Alt-Used to the origin: {report}"
+            );
+            ensure!(report["alpn"] == "h2", "{report}");
+            ensure!(report["query"] == "limit=1", "{report}");
+        }
+        ensure!(client.endpoints().len() == 1, "{:?}", client.endpoints());
+
+        // The origin goes away: one attempt, one error naming it.
+        origin.shutdown().await;
+        match client.get("/x").await {
+            Err(Error::Unreachable { attempts }) => {
+                ensure!(attempts.len() == 1, "{attempts:?}");
+                ensure!(attempts[0].endpoint == addr.to_string(), "{attempts:?}");
+            }
+            other => anyhow::bail!("expected Unreachable, got {other:?}"),
+        }
+        // It comes back: used again at once, its block notwithstanding.
+        let _origin =
+            StandinServer::start(StandinConfig::new("lb2", addr, pki.good.clone())).await?;
+        let report = get_report(&client, "/x").await?;
+        ensure!(report["server"] == "lb2", "{report}");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learns_alt_svc_and_fails_over_without_a_failed_get() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let a = standin("a", "127.0.0.2", &pki.good, None).await?;
+        let b = standin("b", "127.0.0.3", &pki.good, None).await?;
+        let c = standin("c", "127.0.0.4", &pki.good, None).await?;
+        let a_addr = a.addr();
+        let alt_svc = format!("{}; ma=600", h2_alternatives(&[&a, &b, &c]));
+        let origin = standin("lb", "127.0.0.1", &pki.good, Some(&alt_svc)).await?;
+        let client = client_for(&origin, &pki, "")?;
+
+        let first = get_report(&client, "/first").await?;
+        ensure!(
+            first["server"] == "lb",
+            "no alternatives known yet: {first}"
+        );
+        let second = get_report(&client, "/second").await?;
+        ensure!(second["server"] == "a", "{second}");
+        ensure!(second["sni"] == "kubernetes.default", "{second}");
+        ensure!(
+            second["authority"] == format!("kubernetes.default:{}", a_addr.port()),
+            "{second}"
+        );
+        ensure!(second["alt_used"] == a_addr.to_string(), "{second}");
+        ensure!(client.endpoint_in_use() == Some(a_addr.to_string()));
+
+        // A stream of GETs; `a` is killed in the middle of it.
+        let done = Arc::new(AtomicUsize::new(0));
+        let stream = tokio::spawn({
+            let client = client.clone();
+            let done = done.clone();
+            async move {
+                let mut servers = Vec::new();
+                for i in 0..200 {
+                    let report = get_report(&client, &format!("/stream/{i}")).await?;
+                    servers.push(report["server"].as_str().unwrap_or("?").to_owned());
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                anyhow::Ok(servers)
+            }
+        });
+        while done.load(Ordering::SeqCst) < 50 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        a.shutdown().await;
+        let servers = stream.await??;
+        ensure!(servers.len() == 200, "every GET succeeded");
+        let switch = servers
+            .iter()
+            .position(|s| s != "a")
+            .context("never left `a`")?;
+        ensure!(switch >= 50, "left `a` before it was killed: {servers:?}");
+        ensure!(
+            servers[switch..].iter().all(|s| s == "b"),
+            "after the kill, `b` (next in order) and only `b` (sticky): {servers:?}"
+        );
+        let a_status = client
+            .endpoints()
+            .into_iter()
+            .find(|e| e.address == a_addr.to_string())
+            .context("a listed")?;
+        ensure!(
+            matches!(a_status.blocked, Some(Block::Until(_))),
+            "a network error blocks for the block period: {a_status:?}"
+        );
+        ensure!(c.requests_served() == 0, "c never needed");
+        ensure!(
+            origin.requests_served() == 1,
+            "the origin only answered the first GET"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_certificate_blocks_for_good_and_unready_is_skipped() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let other_ca = Ca::new("some other CA")?;
+        let wrong = other_ca.issue_server(&["kubernetes.default"], &[])?;
+        let bad = standin("bad", "127.0.0.2", &wrong, None).await?;
+        let unready = standin("unready", "127.0.0.3", &pki.good, None).await?;
+        unready.set_ready(false);
+        let good = standin("good", "127.0.0.4", &pki.good, None).await?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?
+            .with_alternative_hosts(&format!(
+                "{}, {}, {}",
+                bad.addr(),
+                unready.addr(),
+                good.addr()
+            ))?;
+        config.block_period = Duration::from_millis(300);
+        let client = Client::new(config)?;
+
+        let report = get_report(&client, "/x").await?;
+        ensure!(report["server"] == "good", "{report}");
+        ensure!(
+            bad.requests_served() == 0,
+            "TLS failed, nothing sent to `bad`"
+        );
+        ensure!(
+            unready.requests_served() == 1,
+            "only the /readyz check reached `unready`"
+        );
+        let status = |addr: SocketAddr| {
+            client
+                .endpoints()
+                .into_iter()
+                .find(|e| e.address == addr.to_string())
+        };
+        ensure!(
+            status(bad.addr()).and_then(|s| s.blocked) == Some(Block::Forever),
+            "{:?}",
+            client.endpoints()
+        );
+        ensure!(
+            matches!(
+                status(unready.addr()).and_then(|s| s.blocked),
+                Some(Block::Until(_))
+            ),
+            "{:?}",
+            client.endpoints()
+        );
+
+        // Past the block period: `good` stays in use (sticky), `bad` stays
+        // blocked, and once `good` is gone, the recovered `unready` is
+        // checked again and used, never `bad`.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        ensure!(get_report(&client, "/y").await?["server"] == "good");
+        ensure!(status(bad.addr()).and_then(|s| s.blocked) == Some(Block::Forever));
+        unready.set_ready(true);
+        good.shutdown().await;
+        ensure!(get_report(&client, "/z").await?["server"] == "unready");
+        ensure!(bad.requests_served() == 0);
+        ensure!(origin.requests_served() == 0, "the origin was never needed");
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn learned_alternatives_expire_and_are_relisted() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let a = standin("a", "127.0.0.2", &pki.good, None).await?;
+        // `ma` says an hour; the client's maximum age (1 s here) wins.
+        let alt_svc = format!("{}; ma=3600", h2_alternatives(&[&a]));
+        let origin = standin("lb", "127.0.0.1", &pki.good, Some(&alt_svc)).await?;
+        let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?;
+        config.max_age = Duration::from_secs(1);
+        let client = Client::new(config)?;
+
+        let mut servers = Vec::new();
+        for _ in 0..2 {
+            servers.push(get_report(&client, "/x").await?["server"].clone());
+        }
+        ensure!(client.endpoints().len() == 2, "{:?}", client.endpoints());
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        ensure!(
+            client.endpoints().len() == 1,
+            "expired: {:?}",
+            client.endpoints()
+        );
+        for _ in 0..2 {
+            servers.push(get_report(&client, "/x").await?["server"].clone());
+        }
+        ensure!(servers == ["lb", "a", "lb", "a"], "{servers:?}");
+        Ok(())
+    })
+    .await
+}
+
+/// A server that answers `/readyz` and, for any other request, reads it
+/// whole and then drops the connection with a TCP reset, without
+/// answering. Returns its address and the count of such requests.
+async fn resetting_server(ip: &str, cert: &Issued) -> Result<(SocketAddr, Arc<AtomicUsize>)> {
+    let tls = tokio_rustls::TlsAcceptor::from(pki::server_config(cert, None, &[ALPN_H2])?);
+    let listener = tokio::net::TcpListener::bind(format!("{ip}:0")).await?;
+    let addr = listener.local_addr()?;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let tls = tls.clone();
+            let seen = counter.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_zero_linger();
+                let Ok(stream) = tls.accept(tcp).await else {
+                    return;
+                };
+                let (kill, mut killed) = tokio::sync::mpsc::channel::<()>(1);
+                let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let kill = kill.clone();
+                    let seen = seen.clone();
+                    async move {
+                        if req.uri().path() == "/readyz" {
+                            return Ok::<_, hyper::Error>(http::Response::new(Full::new(
+                                Bytes::from_static(b"ok"),
+                            )));
+                        }
+                        let _ = req.into_body().collect().await;
+                        seen.fetch_add(1, Ordering::SeqCst);
+                        let _ = kill.send(()).await;
+                        std::future::pending().await
+                    }
+                });
+                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = connection => {}
+                    _ = killed.recv() => {}
+                }
+            });
+        }
+    });
+    Ok((addr, seen))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_that_may_have_arrived_is_not_repeated_a_get_is() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let (resetter, seen) = resetting_server("127.0.0.2", &pki.good).await?;
+        let good = standin("good", "127.0.0.3", &pki.good, None).await?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let alternatives = format!("{resetter}, {}", good.addr());
+
+        // GET: reset after the server read it, repeated on `good`.
+        let client = client_for(&origin, &pki, &alternatives)?;
+        let report = get_report(&client, "/get").await?;
+        ensure!(report["server"] == "good", "{report}");
+        ensure!(
+            seen.load(Ordering::SeqCst) == 1,
+            "the GET reached the resetter first"
+        );
+
+        // POST with a fresh client (no blocks): the resetter reads it, the
+        // client returns MaybeSent and sends it nowhere else.
+        let client = client_for(&origin, &pki, &alternatives)?;
+        let good_before = good.requests_served();
+        let post = http::Request::post("/api/v1/namespaces/default/configmaps")
+            .header("content-type", "application/json")
+            .body(Bytes::from_static(b"{\"kind\":\"ConfigMap\"}"))?;
+        match client.send(post).await {
+            Err(Error::MaybeSent {
+                method, endpoint, ..
+            }) => {
+                ensure!(method == http::Method::POST);
+                ensure!(endpoint == resetter.to_string(), "{endpoint}");
+            }
+            other => anyhow::bail!("expected MaybeSent, got {other:?}"),
+        }
+        ensure!(
+            seen.load(Ordering::SeqCst) == 2,
+            "the POST reached the resetter once"
+        );
+        ensure!(
+            good.requests_served() == good_before,
+            "the POST was not repeated on `good`"
+        );
+        ensure!(origin.requests_served() == 0, "nor on the origin");
+
+        // A POST that was never sent (the endpoint refuses connections)
+        // moves on.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.4:0")?;
+            l.local_addr()?
+        };
+        let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?
+            .with_alternative_hosts(&format!("{closed}, {}", good.addr()))?;
+        config.connect_timeout = Duration::from_secs(1);
+        let client = Client::new(config)?;
+        let post = http::Request::post("/echo").body(Bytes::from_static(b"once"))?;
+        let response = client.send(post).await?;
+        ensure!(response.status() == 200);
+        let body = response.into_body().collect().await?.to_bytes();
+        ensure!(body.as_ref() == b"once", "{body:?}");
+        let blocked = client
+            .endpoints()
+            .into_iter()
+            .find(|e| e.address == closed.to_string())
+            .and_then(|e| e.blocked);
+        ensure!(matches!(blocked, Some(Block::Until(_))), "{blocked:?}");
+        Ok(())
+    })
+    .await
+}
