@@ -146,26 +146,31 @@ async fn close_on_down_ends_connections_to_a_hung_endpoint() -> Result<()> {
     let agent = AgentProcess::start(
         None,
         &[
-            "--listen", "127.0.0.1:0",
-            "--endpoint", &addrs[0],
-            "--endpoint", &addrs[1],
+            "--listen",
+            "127.0.0.1:0",
+            "--endpoint",
+            &addrs[0],
+            "--endpoint",
+            &addrs[1],
             "--close-on-down",
-            "--admin", "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
         ],
     )
     .await?;
     // A long-lived connection (a watch, say): the agent dials at accept.
     let mut held = tokio::net::TcpStream::connect(agent.addr()).await?;
-    let holder = crate::support::eventually("the relayed connection", Duration::from_secs(5), || async {
-        let m = agent.metrics().await.map_err(|e| e.to_string())?;
-        addrs
-            .iter()
-            .position(|a| {
-                m.value("apiway_backend_active_connections", &[("backend", a)]) == Some(1.0)
-            })
-            .ok_or_else(|| m.matching("apiway_backend_active_connections"))
-    })
-    .await?;
+    let holder =
+        crate::support::eventually("the relayed connection", Duration::from_secs(5), || async {
+            let m = agent.metrics().await.map_err(|e| e.to_string())?;
+            addrs
+                .iter()
+                .position(|a| {
+                    m.value("apiway_backend_active_connections", &[("backend", a)]) == Some(1.0)
+                })
+                .ok_or_else(|| m.matching("apiway_backend_active_connections"))
+        })
+        .await?;
     standins[holder].hang()?;
     let hung_at = Instant::now();
     let (_, closed) = crate::support::read_until_closed(&mut held, Duration::from_secs(6)).await;
@@ -173,7 +178,11 @@ async fn close_on_down_ends_connections_to_a_hung_endpoint() -> Result<()> {
         closed != crate::support::Closed::StillOpen,
         "the connection to the hung endpoint stayed open"
     );
-    ensure!(hung_at.elapsed() < Duration::from_secs(4), "{:?}", hung_at.elapsed());
+    ensure!(
+        hung_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        hung_at.elapsed()
+    );
     // The client reconnects and reaches the other endpoint.
     let who = answered_by(None, agent.addr(), &pki).await?;
     ensure!(who == standins[1 - holder].name(), "{who}");

@@ -18,3 +18,4 @@ mod failover;
 mod in_cluster;
 mod prefer_local;
 mod proxy;
+mod reload;
