@@ -418,3 +418,87 @@ async fn a_post_that_may_have_arrived_is_not_repeated_a_get_is() -> Result<()> {
     })
     .await
 }
+
+/// A TCP forwarder in front of `backend` that can be frozen: from then on
+/// it moves no byte either way and new connections are accepted and held
+/// silent, as a SIGSTOPped server would behave.
+async fn freezable_forwarder(
+    ip: &str,
+    backend: SocketAddr,
+) -> Result<(SocketAddr, tokio::sync::watch::Sender<bool>)> {
+    let listener = tokio::net::TcpListener::bind(format!("{ip}:0")).await?;
+    let addr = listener.local_addr()?;
+    let (freeze, frozen) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let mut frozen = frozen.clone();
+            tokio::spawn(async move {
+                let already = *frozen.borrow();
+                if already {
+                    std::future::pending::<()>().await;
+                }
+                let Ok(mut server) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
+                        // Hold both sockets open and silent.
+                        std::future::pending::<()>().await;
+                    }
+                }
+            });
+        }
+    });
+    Ok((addr, freeze))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_endpoint_is_left_within_the_keepalive_without_a_failed_get() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let a = standin("a", "127.0.0.2", &pki.good, None).await?;
+        let (hangable, freeze) = freezable_forwarder("127.0.0.2", a.addr()).await?;
+        let b = standin("b", "127.0.0.3", &pki.good, None).await?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?
+            .with_alternative_hosts(&format!("{hangable}, {}", b.addr()))?;
+        let keepalive = Duration::from_millis(300);
+        config.keepalive = keepalive;
+        config.check_timeout = Duration::from_secs(1);
+        let client = Client::new(config)?;
+
+        let mut servers = Vec::new();
+        let mut slowest = Duration::ZERO;
+        for i in 0..60 {
+            if i == 20 {
+                freeze.send(true)?;
+            }
+            let started = std::time::Instant::now();
+            let report = get_report(&client, &format!("/hang/{i}")).await?;
+            slowest = slowest.max(started.elapsed());
+            servers.push(report["server"].as_str().unwrap_or("?").to_owned());
+        }
+        ensure!(
+            servers[..20].iter().all(|s| s == "a") && servers[20..].iter().all(|s| s == "b"),
+            "{servers:?}"
+        );
+        eprintln!("slowest GET across the hang: {slowest:?}");
+        // A PING unanswered for `keepalive` closes the connection; the GET
+        // then moves on. Allow the interval, the timeout and slack for a
+        // busy machine; TCP alone would take minutes.
+        ensure!(
+            slowest < keepalive * 2 + Duration::from_millis(1500),
+            "the GET caught in the hang took {slowest:?}"
+        );
+        let blocked = client
+            .endpoints()
+            .into_iter()
+            .find(|e| e.address == hangable.to_string())
+            .and_then(|e| e.blocked);
+        ensure!(matches!(blocked, Some(Block::Until(_))), "{blocked:?}");
+        ensure!(origin.requests_served() == 0);
+        Ok(())
+    })
+    .await
+}
