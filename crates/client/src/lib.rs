@@ -44,12 +44,14 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use apiway_client::{Client, ClientConfig};
+//! use rustls_pki_types::pem::PemObject;
+//! use rustls_pki_types::CertificateDer;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! // Trust the cluster CA, present a client certificate if you have one.
 //! let mut roots = rustls::RootCertStore::empty();
 //! let ca = std::fs::read("/etc/kubernetes/pki/ca.crt")?;
-//! for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&ca) {
+//! for cert in CertificateDer::pem_slice_iter(&ca) {
 //!     roots.add(cert?)?;
 //! }
 //! let provider = Arc::new(rustls::crypto::ring::default_provider());
