@@ -30,7 +30,7 @@
 //!     Listed::new("10.0.0.2:6443", false).expires(now + Duration::from_secs(70)),
 //! ]);
 //! assert_eq!(choice.pick(now, &[]), Some("10.0.0.1:6443"));
-//! choice.record_failure("10.0.0.1:6443", Failure::Network, now);
+//! choice.record_failure(&"10.0.0.1:6443", Failure::Network, now);
 //! assert_eq!(choice.pick(now, &[]), Some("10.0.0.2:6443"));
 //! ```
 
