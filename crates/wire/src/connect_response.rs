@@ -109,11 +109,12 @@ pub fn parse(buf: &[u8], max: usize) -> Result<(ConnectResponse, usize), Connect
     }
     let window = &buf[..buf.len().min(max)];
     let Some(end) = head_end(window) else {
+        // Whatever arrived must still be a possible head; checked before
+        // the limit so that more bytes never turn an error into another.
+        check_lines(window, false)?;
         if buf.len() >= max {
             return Err(TooLong { limit: max });
         }
-        // Whatever arrived must still be a possible head.
-        check_lines(window, false)?;
         return Err(Incomplete);
     };
     let head = &window[..end];
@@ -152,6 +153,9 @@ fn check_lines(
     let partial = pieces.pop().unwrap_or_default();
     let mut status = None;
     for (i, raw) in pieces.iter().enumerate() {
+        if i == 0 {
+            check_status_prefix(raw)?;
+        }
         let line = raw.strip_suffix(b"\r").unwrap_or(raw);
         if line.contains(&b'\r') {
             return Err(Malformed("bare CR in the head"));
@@ -170,23 +174,23 @@ fn check_lines(
     Ok(status)
 }
 
-fn check_status_prefix(partial: &[u8]) -> Result<(), ConnectResponseError> {
-    let partial = partial.strip_suffix(b"\r").unwrap_or(partial);
-    if partial.contains(&b'\r') {
-        return Err(ConnectResponseError::Malformed("bare CR in the head"));
-    }
-    // Check the version as far as it goes; the rest waits for the line end.
-    let version_len = partial.len().min(8);
-    let version = &partial[..version_len];
+/// Checks a status line, whole or partial, as far as it goes, in byte
+/// order (the version, then bare CRs), so a longer buffer never reports a
+/// different error for the same bytes.
+fn check_status_prefix(raw: &[u8]) -> Result<(), ConnectResponseError> {
+    use ConnectResponseError::Malformed;
+    let version = &raw[..raw.len().min(8)];
     let expected = b"HTTP/1.";
     let k = version.len().min(expected.len());
     if version[..k] != expected[..k] {
-        return Err(ConnectResponseError::Malformed(
-            "does not start with HTTP/1.",
-        ));
+        return Err(Malformed("does not start with HTTP/1."));
     }
-    if version_len == 8 && !matches!(version[7], b'0' | b'1') {
-        return Err(ConnectResponseError::Malformed("not HTTP/1.0 or HTTP/1.1"));
+    if version.len() == 8 && !matches!(version[7], b'0' | b'1') {
+        return Err(Malformed("not HTTP/1.0 or HTTP/1.1"));
+    }
+    let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+    if line.contains(&b'\r') {
+        return Err(Malformed("bare CR in the head"));
     }
     Ok(())
 }
@@ -320,6 +324,25 @@ mod tests {
             parse(b"HTTP/1.1 100 Continue\r\n\r\n", MAX),
             Err(Informational(100))
         );
+    }
+
+    #[test]
+    fn more_bytes_never_change_an_error() {
+        // Found by the fuzzer: errors used to be named differently before
+        // and after the line ended.
+        for buf in [
+            b"HTTP/1. es C1 502 Bad Gateway\nServer: haproxy\n\n".as_slice(),
+            b"HTTP/1.*1 200 Connection; es Connece\r\x1a\r\n",
+        ] {
+            let whole = parse(buf, MAX);
+            assert!(matches!(whole, Err(Malformed(_))));
+            for end in 8..buf.len() {
+                assert_eq!(parse(&buf[..end], MAX), whole, "{end}");
+            }
+        }
+        // A malformed line inside the limit is reported, not TooLong.
+        let buf = b"HTTP/1.1 200 OK\r\nno colon here\r\nX: yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy";
+        assert_eq!(parse(buf, 40), parse(&buf[..34], 40));
     }
 
     #[test]
