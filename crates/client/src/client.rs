@@ -136,6 +136,7 @@ impl Client {
         let repeatable = parts.method == Method::GET || parts.method == Method::HEAD;
         let mut tried: Vec<Address> = Vec::new();
         let mut attempts: Vec<Attempt> = Vec::new();
+        let mut redialed = false;
         loop {
             let now = Instant::now();
             let picked = {
@@ -151,8 +152,8 @@ impl Client {
             // alternative names it.
             let alternative = key != self.inner.config.origin;
             let target = self.target(&key, alternative)?;
-            let mut sender = match self.connection(&key, &target, alternative).await {
-                Ok(sender) => sender,
+            let (mut sender, reused) = match self.connection(&key, &target, alternative).await {
+                Ok(connection) => connection,
                 Err(e) => {
                     self.fail(&key, e.failure, &e.reason, &mut attempts);
                     continue;
@@ -181,6 +182,15 @@ impl Client {
                 Err(mut e) => {
                     let never_sent = e.take_message().is_some();
                     let error = e.into_error();
+                    if never_sent && reused && !redialed {
+                        // An open connection that went away while idle
+                        // (GOAWAY, idle close) says nothing about the
+                        // endpoint: dial it again, once per request.
+                        redialed = true;
+                        self.state().connections.remove(&key);
+                        tried.pop();
+                        continue;
+                    }
                     self.fail(&key, Failure::Network, &error.to_string(), &mut attempts);
                     if !(never_sent || repeatable) {
                         return Err(Error::MaybeSent {
@@ -254,19 +264,19 @@ impl Client {
         })
     }
 
-    /// The open connection to `key`, or a new one (checked first when
-    /// `alternative`).
+    /// The open connection to `key` (and `true`), or a new one, checked
+    /// first when `alternative` (and `false`).
     async fn connection(
         &self,
         key: &Address,
         target: &Target,
         alternative: bool,
-    ) -> Result<SendRequest<Body>, crate::connect::ConnectError> {
+    ) -> Result<(SendRequest<Body>, bool), crate::connect::ConnectError> {
         let endpoint = {
             let mut state = self.state();
             if let Some(sender) = state.connections.get(key) {
                 if !sender.is_closed() {
-                    return Ok(sender.clone());
+                    return Ok((sender.clone(), true));
                 }
                 state.connections.remove(key);
             }
@@ -283,7 +293,7 @@ impl Client {
             .await?;
         self.state().connections.insert(key.clone(), sender.clone());
         tracing::debug!(endpoint = %key, alternative, "connected");
-        Ok(sender)
+        Ok((sender, false))
     }
 
     fn fail(&self, key: &Address, failure: Failure, reason: &str, attempts: &mut Vec<Attempt>) {
@@ -325,6 +335,16 @@ impl Client {
         );
         if let Learned::Replace(listed) = learned {
             state.choice.set_learned(listed);
+            // Forget what belongs to endpoints no longer listed, so a
+            // churning Alt-Svc cannot grow the maps without bound.
+            let State {
+                choice,
+                endpoints,
+                connections,
+            } = &mut *state;
+            let keep = |key: &Address| key == choice.origin() || choice.is_listed(key);
+            endpoints.retain(|key, _| keep(key));
+            connections.retain(|key, _| keep(key));
         }
     }
 }
