@@ -93,7 +93,8 @@ struct AgentArgs {
     /// (kernels without the dummy type: use `lo`) [default: apiway0].
     #[arg(long, value_name = "NAME")]
     interface: Option<String>,
-    /// Leave the --bind-address addresses in place on exit.
+    /// Leave the --bind-address addresses in place on exit [default: off:
+    /// they are removed].
     #[arg(long)]
     keep_address: bool,
     /// Where connections go: `direct` (to --endpoint), `proxy` (to
@@ -101,8 +102,8 @@ struct AgentArgs {
     /// HTTP CONNECT) [default: direct].
     #[arg(long, value_name = "MODE")]
     upstream: Option<apiway_agent::config::UpstreamMode>,
-    /// API server endpoint host:port for `direct` (repeatable); a DNS name
-    /// stands for every A/AAAA record, re-resolved every 10s.
+    /// API server endpoint host:port for `direct` (repeatable; at least
+    /// one); a DNS name stands for every A/AAAA record, re-resolved every 10s.
     #[arg(long, value_name = "HOST:PORT")]
     endpoint: Vec<String>,
     /// Gateway host:port for `proxy` and `connect` (repeatable; failover
