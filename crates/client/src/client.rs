@@ -20,6 +20,7 @@ use crate::config::ClientConfig;
 use crate::connect::{Body, Dialer, Target};
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
+use crate::metrics::{BlockLabels, EndpointLabels, FailureLabels};
 
 /// An HTTPS (HTTP/2) client for one API server origin that fails over
 /// between the origin's endpoints. Cheap to clone; clones share endpoints,
@@ -35,6 +36,8 @@ struct Inner {
     dialer: Dialer,
     origin_target: Target,
     alternative_name: ServerName<'static>,
+    /// The `origin` metric label.
+    origin_label: String,
     state: Mutex<State>,
 }
 
@@ -75,6 +78,7 @@ impl Client {
             alt_used: None,
         };
         let alternative_name = server_name(&config.alternative_server_name)?;
+        let origin_label = config.origin.to_string();
         let mut choice = EndpointChoice::new(
             config.origin.clone(),
             ChoicePolicy {
@@ -100,6 +104,7 @@ impl Client {
                 dialer,
                 origin_target,
                 alternative_name,
+                origin_label,
                 state: Mutex::new(State {
                     choice,
                     endpoints: HashMap::new(),
@@ -155,7 +160,7 @@ impl Client {
             let (mut sender, reused) = match self.connection(&key, &target, alternative).await {
                 Ok(connection) => connection,
                 Err(e) => {
-                    self.fail(&key, e.failure, &e.reason, &mut attempts);
+                    self.fail(&key, e.failure, e.kind, &e.reason, &mut attempts);
                     continue;
                 }
             };
@@ -176,7 +181,7 @@ impl Client {
             }
             match sender.try_send_request(outgoing).await {
                 Ok(response) => {
-                    self.succeeded(&key, &response);
+                    self.succeeded(&key, &response, !attempts.is_empty());
                     return Ok(response);
                 }
                 Err(mut e) => {
@@ -191,7 +196,8 @@ impl Client {
                         tried.pop();
                         continue;
                     }
-                    self.fail(&key, Failure::Network, &error.to_string(), &mut attempts);
+                    let reason = error.to_string();
+                    self.fail(&key, Failure::Network, "request", &reason, &mut attempts);
                     if !(never_sent || repeatable) {
                         return Err(Error::MaybeSent {
                             method: parts.method,
@@ -296,12 +302,59 @@ impl Client {
         Ok((sender, false))
     }
 
-    fn fail(&self, key: &Address, failure: Failure, reason: &str, attempts: &mut Vec<Attempt>) {
-        let block = {
+    /// The [`ClientMetrics`](crate::ClientMetrics) this client reports to.
+    pub fn metrics(&self) -> &crate::ClientMetrics {
+        &self.inner.config.metrics
+    }
+
+    fn endpoint_labels(&self, key: &Address) -> EndpointLabels {
+        EndpointLabels {
+            origin: self.inner.origin_label.clone(),
+            endpoint: key.to_string(),
+        }
+    }
+
+    fn fail(
+        &self,
+        key: &Address,
+        failure: Failure,
+        kind: &'static str,
+        reason: &str,
+        attempts: &mut Vec<Attempt>,
+    ) {
+        let (block, was_in_use) = {
             let mut state = self.state();
             state.connections.remove(key);
-            state.choice.record_failure(key, failure, Instant::now())
+            let was_in_use = state.choice.in_use() == Some(key);
+            (
+                state.choice.record_failure(key, failure, Instant::now()),
+                was_in_use,
+            )
         };
+        let metrics = &self.inner.config.metrics;
+        let labels = self.endpoint_labels(key);
+        metrics
+            .failures
+            .get_or_create(&FailureLabels {
+                origin: labels.origin.clone(),
+                endpoint: labels.endpoint.clone(),
+                reason: kind,
+            })
+            .inc();
+        metrics
+            .blocks
+            .get_or_create(&BlockLabels {
+                origin: labels.origin.clone(),
+                endpoint: labels.endpoint.clone(),
+                block: match block {
+                    Block::Forever => "permanent",
+                    Block::Until(_) => "period",
+                },
+            })
+            .inc();
+        if was_in_use {
+            metrics.in_use.get_or_create(&labels).set(0);
+        }
         tracing::warn!(endpoint = %key, ?failure, ?block, "API server endpoint failed: {reason}");
         attempts.push(Attempt {
             endpoint: key.to_string(),
@@ -310,11 +363,28 @@ impl Client {
         });
     }
 
-    fn succeeded(&self, key: &Address, response: &Response<Incoming>) {
+    fn succeeded(&self, key: &Address, response: &Response<Incoming>, moved: bool) {
         let now = Instant::now();
+        let metrics = &self.inner.config.metrics;
+        if moved {
+            metrics
+                .failovers
+                .get_or_create(&self.endpoint_labels(key))
+                .inc();
+        }
         let mut state = self.state();
         if state.choice.in_use() != Some(key) {
             tracing::info!(endpoint = %key, "API server endpoint in use");
+            if let Some(previous) = state.choice.in_use() {
+                metrics
+                    .in_use
+                    .get_or_create(&self.endpoint_labels(previous))
+                    .set(0);
+            }
+            metrics
+                .in_use
+                .get_or_create(&self.endpoint_labels(key))
+                .set(1);
         }
         state.choice.record_success(key);
         if !self.inner.config.learn_alt_svc {

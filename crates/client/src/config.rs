@@ -44,6 +44,10 @@ pub struct ClientConfig {
     /// HTTP/2 PING interval on idle and busy connections; a PING not
     /// answered within the same time closes the connection (default 10 s).
     pub keepalive: Duration,
+    /// Where the client counts failures, failovers, blocks and the endpoint
+    /// in use (default: fresh families; share one between clients and
+    /// register it once).
+    pub metrics: crate::ClientMetrics,
 }
 
 impl ClientConfig {
@@ -61,6 +65,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(2),
             check_timeout: Duration::from_secs(5),
             keepalive: Duration::from_secs(10),
+            metrics: crate::ClientMetrics::default(),
         })
     }
 

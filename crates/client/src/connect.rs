@@ -35,13 +35,16 @@ pub(crate) struct Target {
 #[derive(Debug)]
 pub(crate) struct ConnectError {
     pub(crate) failure: Failure,
+    /// The `reason` label of the failure metric.
+    pub(crate) kind: &'static str,
     pub(crate) reason: String,
 }
 
 impl ConnectError {
-    fn network(reason: impl Into<String>) -> Self {
+    fn network(kind: &'static str, reason: impl Into<String>) -> Self {
         ConnectError {
             failure: Failure::Network,
+            kind,
             reason: reason.into(),
         }
     }
@@ -94,7 +97,7 @@ impl Dialer {
     ) -> Result<SendRequest<Body>, ConnectError> {
         let (tcp, peer) = apiway_core::dial::connect_endpoint(endpoint, self.connect_timeout)
             .await
-            .map_err(ConnectError::network)?;
+            .map_err(|e| ConnectError::network("connect", e))?;
         let _ = tcp.set_nodelay(true);
         let setup = async {
             let tls = self
@@ -103,9 +106,10 @@ impl Dialer {
                 .await
                 .map_err(|e| tls_error(&e))?;
             if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
-                return Err(ConnectError::network(format!(
-                    "{peer}: the server does not speak HTTP/2 (ALPN h2)"
-                )));
+                return Err(ConnectError::network(
+                    "no_h2",
+                    format!("{peer}: the server does not speak HTTP/2 (ALPN h2)"),
+                ));
             }
             let (mut sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
@@ -114,7 +118,9 @@ impl Dialer {
                 .keep_alive_while_idle(true)
                 .handshake::<_, Body>(TokioIo::new(tls))
                 .await
-                .map_err(|e| ConnectError::network(format!("{peer}: HTTP/2 handshake: {e}")))?;
+                .map_err(|e| {
+                    ConnectError::network("http2", format!("{peer}: HTTP/2 handshake: {e}"))
+                })?;
             tokio::spawn(async move {
                 if let Err(e) = connection.await {
                     tracing::debug!(%peer, "API server connection ended: {e}");
@@ -123,16 +129,19 @@ impl Dialer {
             if check {
                 readyz(&mut sender, target)
                     .await
-                    .map_err(|e| ConnectError::network(format!("{peer}: {e}")))?;
+                    .map_err(|e| ConnectError::network("not_ready", format!("{peer}: {e}")))?;
             }
             Ok(sender)
         };
         match tokio::time::timeout(self.check_timeout, setup).await {
             Ok(result) => result,
-            Err(_) => Err(ConnectError::network(format!(
-                "{peer}: TLS and readiness check took longer than {:?}",
-                self.check_timeout
-            ))),
+            Err(_) => Err(ConnectError::network(
+                "timeout",
+                format!(
+                    "{peer}: TLS and readiness check took longer than {:?}",
+                    self.check_timeout
+                ),
+            )),
         }
     }
 }
@@ -148,9 +157,10 @@ fn tls_error(e: &std::io::Error) -> ConnectError {
             err @ (rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented),
         ) => ConnectError {
             failure: Failure::Certificate,
+            kind: "certificate",
             reason: format!("certificate rejected: {err}"),
         },
-        _ => ConnectError::network(format!("TLS handshake: {e}")),
+        _ => ConnectError::network("tls", format!("TLS handshake: {e}")),
     }
 }
 

@@ -76,7 +76,7 @@
 //! # Not built yet
 //!
 //! EndpointSlice discovery, the kube-rs integration, the server-side
-//! `Alt-Svc` layer, `apiway endpoints`, metrics: see the README.
+//! `Alt-Svc` layer, `apiway endpoints`: see the README.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -85,12 +85,14 @@ mod config;
 mod connect;
 mod error;
 mod learn;
+mod metrics;
 
 pub use apiway_core::choice::{Block, Failure};
 pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
+pub use metrics::{BlockLabels, ClientMetrics, EndpointLabels, FailureLabels};
 
 /// The `Alt-Used` request header (RFC 7838 section 5).
 pub const ALT_USED: http::HeaderName = http::HeaderName::from_static("alt-used");

@@ -83,6 +83,23 @@ async fn get_report(client: &Client, path: &str) -> Result<serde_json::Value> {
     Ok(serde_json::from_slice(&body)?)
 }
 
+/// The client's metrics in the Prometheus text format.
+fn metrics_text(client: &Client) -> Result<String> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    client.metrics().register(&mut registry);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// The value of the sample `name{labels}` in `text`, if present.
+fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
+    let prefix = format!("{name}{{{labels}}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 async fn bounded<F: std::future::Future<Output = Result<()>>>(test: F) -> Result<()> {
     tokio::time::timeout(TEST_TIMEOUT, test)
         .await
@@ -195,6 +212,41 @@ async fn learns_alt_svc_and_fails_over_without_a_failed_get() -> Result<()> {
             "a network error blocks for the block period: {a_status:?}"
         );
         ensure!(c.requests_served() == 0, "c never needed");
+
+        let text = metrics_text(&client)?;
+        let origin_label = origin.addr().to_string();
+        let ep = |addr: SocketAddr| format!("origin=\"{origin_label}\",endpoint=\"{addr}\"");
+        ensure!(
+            sample(&text, "client_endpoint_in_use", &ep(b.addr())) == Some(1.0),
+            "{text}"
+        );
+        ensure!(
+            sample(&text, "client_endpoint_in_use", &ep(a_addr)) == Some(0.0),
+            "{text}"
+        );
+        ensure!(
+            sample(&text, "client_failovers_total", &ep(b.addr())) == Some(1.0),
+            "{text}"
+        );
+        ensure!(
+            sample(
+                &text,
+                "client_endpoint_blocks_total",
+                &format!("{},block=\"period\"", ep(a_addr))
+            ) == Some(1.0),
+            "{text}"
+        );
+        let a_failures: f64 = ["connect", "request"]
+            .iter()
+            .filter_map(|r| {
+                sample(
+                    &text,
+                    "client_endpoint_failures_total",
+                    &format!("{},reason=\"{r}\"", ep(a_addr)),
+                )
+            })
+            .sum();
+        ensure!(a_failures == 1.0, "{text}");
         ensure!(
             origin.requests_served() == 1,
             "the origin only answered the first GET"
@@ -231,6 +283,24 @@ async fn wrong_certificate_blocks_for_good_and_unready_is_skipped() -> Result<()
             bad.requests_served() == 0,
             "TLS failed, nothing sent to `bad`"
         );
+        let text = metrics_text(&client)?;
+        let origin_label = origin.addr().to_string();
+        let ep = |addr: SocketAddr| format!("origin=\"{origin_label}\",endpoint=\"{addr}\"");
+        for (addr, reason, block) in [
+            (bad.addr(), "certificate", "permanent"),
+            (unready.addr(), "not_ready", "period"),
+        ] {
+            let failures = format!("{},reason=\"{reason}\"", ep(addr));
+            ensure!(
+                sample(&text, "client_endpoint_failures_total", &failures) == Some(1.0),
+                "{text}"
+            );
+            let blocks = format!("{},block=\"{block}\"", ep(addr));
+            ensure!(
+                sample(&text, "client_endpoint_blocks_total", &blocks) == Some(1.0),
+                "{text}"
+            );
+        }
         ensure!(
             unready.requests_served() == 1,
             "only the /readyz check reached `unready`"

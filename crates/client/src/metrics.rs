@@ -1,0 +1,84 @@
+//! What the client counts, in Prometheus form: failures by endpoint and
+//! reason, requests that moved to another endpoint, blocks, and the
+//! endpoint in use.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of an endpoint.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    /// The origin the client was made for (`host:port`).
+    pub origin: String,
+    /// The endpoint (`host:port`).
+    pub endpoint: String,
+}
+
+/// Labels of a failed attempt.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// The origin.
+    pub origin: String,
+    /// The endpoint.
+    pub endpoint: String,
+    /// `connect`, `tls`, `certificate`, `no_h2`, `http2`, `not_ready`,
+    /// `timeout` (before the request was sent) or `request` (while sending
+    /// it or waiting for the answer).
+    pub reason: &'static str,
+}
+
+/// Labels of a block.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlockLabels {
+    /// The origin.
+    pub origin: String,
+    /// The endpoint.
+    pub endpoint: String,
+    /// `period` (a network error) or `permanent` (a certificate error).
+    pub block: &'static str,
+}
+
+/// Metric families of a [`Client`](crate::Client); clients for different
+/// origins may share one (the `origin` label tells them apart). Register
+/// them with [`ClientMetrics::register`].
+#[derive(Clone, Debug, Default)]
+pub struct ClientMetrics {
+    /// Failed attempts, by endpoint and reason.
+    pub failures: Family<FailureLabels, Counter>,
+    /// Requests sent to another endpoint after a failed attempt.
+    pub failovers: Family<EndpointLabels, Counter>,
+    /// Times an endpoint was blocked, by kind of block.
+    pub blocks: Family<BlockLabels, Counter>,
+    /// 1 for the endpoint in use, 0 for the others that were.
+    pub in_use: Family<EndpointLabels, Gauge>,
+}
+
+impl ClientMetrics {
+    /// Registers the families under `registry` (prefix them with
+    /// `Registry::sub_registry_with_prefix` if you like).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "client_endpoint_failures",
+            "Failed attempts on an API server endpoint, by reason",
+            self.failures.clone(),
+        );
+        registry.register(
+            "client_failovers",
+            "Requests that moved to this endpoint after a failed attempt elsewhere",
+            self.failovers.clone(),
+        );
+        registry.register(
+            "client_endpoint_blocks",
+            "Times an endpoint was blocked: for the block period or for good",
+            self.blocks.clone(),
+        );
+        registry.register(
+            "client_endpoint_in_use",
+            "1 for the endpoint in use",
+            self.in_use.clone(),
+        );
+    }
+}
