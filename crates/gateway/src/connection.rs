@@ -57,7 +57,10 @@ pub(crate) async fn serve(
     // state than the relay, and an idle connection should only pay for
     // the relay.
     let kind = listener.spec.load().kind;
-    let prepared = match kind {
+    // One `let-else` over the `match`: the intermediate value is a
+    // temporary, so the task does not keep a second copy of the relay
+    // future's bytes for the life of the connection.
+    let Some((relaying, route_name)) = (match kind {
         ListenerKind::Tls => {
             Box::pin(crate::sni_listener::prepare(
                 &gateway, &listener, client, peer,
@@ -76,8 +79,7 @@ pub(crate) async fn serve(
             ))
             .await
         }
-    };
-    let Some((relaying, route_name)) = prepared else {
+    }) else {
         return;
     };
     drop(gateway);
