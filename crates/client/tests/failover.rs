@@ -572,3 +572,46 @@ async fn a_hung_endpoint_is_left_within_the_keepalive_without_a_failed_get() -> 
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_gets_all_succeed_across_a_kill() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let a = standin("a", "127.0.0.2", &pki.good, None).await?;
+        let b = standin("b", "127.0.0.3", &pki.good, None).await?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let client = client_for(&origin, &pki, &format!("{}, {}", a.addr(), b.addr()))?;
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for t in 0..8 {
+            let client = client.clone();
+            let done = done.clone();
+            tasks.spawn(async move {
+                let mut servers = Vec::new();
+                for i in 0..40 {
+                    let report = get_report(&client, &format!("/c/{t}/{i}")).await?;
+                    servers.push(report["server"].as_str().unwrap_or("?").to_owned());
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+                anyhow::Ok(servers)
+            });
+        }
+        while done.load(Ordering::SeqCst) < 80 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        a.shutdown().await;
+        let mut total = 0;
+        while let Some(servers) = tasks.join_next().await {
+            let servers = servers??;
+            total += servers.len();
+            ensure!(
+                servers.last().map(String::as_str) == Some("b"),
+                "every task ends on `b`: {servers:?}"
+            );
+        }
+        ensure!(total == 320, "every GET succeeded");
+        ensure!(origin.requests_served() == 0);
+        Ok(())
+    })
+    .await
+}
