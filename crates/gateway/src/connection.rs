@@ -223,6 +223,24 @@ fn scopeguard<F: FnOnce()>(f: F) -> impl Drop {
 mod tests {
     use super::*;
 
+    /// The connection task lives as long as the connection, mostly idle:
+    /// it must hold the relay and little else (the pre-relay phases are
+    /// boxed and freed).
+    #[tokio::test]
+    async fn the_connection_task_is_small() {
+        let config = "listeners:\n  - { name: l, address: 127.0.0.1:0, kind: tls }\n";
+        let snapshot = crate::config::parse(config).unwrap();
+        let gateway = Gateway::start(snapshot).await.unwrap();
+        let listener = gateway.listener_state("l").unwrap();
+        let addr = gateway.listener_addr("l").unwrap();
+        let client = TcpStream::connect(addr).await.unwrap();
+        let peer = client.local_addr().unwrap();
+        let slot = apiway_core::listener::Slots::new(1).try_take().unwrap();
+        let task = serve(gateway.clone(), listener, client, peer, slot);
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 512, "the connection future is {size} bytes");
+    }
+
     #[test]
     fn mixed_families_are_sent_ipv4_mapped() {
         let origin = Origin {

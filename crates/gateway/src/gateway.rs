@@ -250,6 +250,15 @@ impl Gateway {
         &self.reload_metrics
     }
 
+    /// The shared state of the listener named `name` (for tests).
+    #[cfg(test)]
+    pub(crate) fn listener_state(&self, name: &str) -> Option<Arc<ListenerState>> {
+        lock(&self.listeners)
+            .iter()
+            .find(|l| l.state.spec.load().name == name)
+            .map(|l| l.state.clone())
+    }
+
     /// The bound address of the listener named `name`.
     pub fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
         lock(&self.listeners)
