@@ -325,6 +325,8 @@ impl Client {
         let (block, was_in_use) = {
             let mut state = self.state();
             state.connections.remove(key);
+            // A DNS name is resolved again on the next dial.
+            state.endpoints.remove(key);
             let was_in_use = state.choice.in_use() == Some(key);
             (
                 state.choice.record_failure(key, failure, Instant::now()),
