@@ -23,7 +23,8 @@ pub(crate) enum Learned {
 
 /// Reads the `Alt-Svc` field lines of a response received at `now`.
 /// `origin` fills in an empty alt-authority host; each alternative expires
-/// after min(`ma`, `max_age`). `known` gives the locality of addresses seen
+/// after min(`ma` less the response's `Age`, `max_age`) (RFC 7838 section
+/// 3.1). `known` gives the locality of addresses seen
 /// before, so an unchanged list costs no interface lookups.
 pub(crate) fn from_headers(
     headers: &HeaderMap,
@@ -53,6 +54,13 @@ pub(crate) fn from_headers(
             return Learned::Nothing;
         }
     };
+    // A cache in between may have held the response: `ma` counts from when
+    // it was generated. An `Age` that does not parse is ignored.
+    let age = headers
+        .get(http::header::AGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs);
     let mut listed: Vec<Listed<Address>> = Vec::new();
     // Only HTTP/2 over TLS: the client speaks nothing else.
     for alternative in alternatives.iter().filter(|a| a.is_h2()) {
@@ -82,7 +90,10 @@ pub(crate) fn from_headers(
             Host::Ip(ip) => is_local_ip(ip),
             Host::Name(_) => false,
         });
-        let ttl = alternative.max_age_duration().min(max_age);
+        let ttl = alternative
+            .max_age_duration()
+            .saturating_sub(age)
+            .min(max_age);
         listed.push(Listed::new(address, local).expires(now + ttl));
     }
     Learned::Replace(listed)
@@ -141,6 +152,25 @@ mod tests {
                 ("[fd00::5]:6443".into(), false, cap),
                 ("127.0.0.1:6443".into(), true, cap),
             ]
+        );
+    }
+
+    #[test]
+    fn age_shortens_the_freshness() {
+        let now = Instant::now();
+        let origin = Address::parse("api.example:6443").expect("origin");
+        let mut h = headers(&[r#"h2="10.0.0.1:6443"; ma=30, h2="10.0.0.2:6443"; ma=5"#]);
+        h.insert(http::header::AGE, HeaderValue::from_static("10"));
+        let Learned::Replace(listed) =
+            from_headers(&h, &origin, now, Duration::from_secs(70), &|_| None)
+        else {
+            panic!("expected alternatives");
+        };
+        let expiries: Vec<Option<Instant>> = listed.iter().map(|l| l.expires_at).collect();
+        assert_eq!(
+            expiries,
+            [Some(now + Duration::from_secs(20)), Some(now)],
+            "an alternative older than its ma is stale at once"
         );
     }
 

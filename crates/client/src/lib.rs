@@ -28,8 +28,8 @@
 //! | the response body breaks off after the headers | — | the caller sees the body error; nothing is retried |
 //! | any HTTP status, 5xx included | nothing changes | returned as is |
 //!
-//! Alternatives learned from `Alt-Svc` expire after min(`ma`, [`ClientConfig::max_age`]
-//! (70 s)); each response that carries `Alt-Svc` replaces the learned list
+//! Alternatives learned from `Alt-Svc` expire after min(`ma` less the
+//! response's `Age`, [`ClientConfig::max_age`] (70 s)); each response that carries `Alt-Svc` replaces the learned list
 //! (`clear` empties it; alternatives other than `h2` are ignored; a header
 //! that does not parse is ignored). With no alternatives the client sends
 //! every request to the origin, exactly as a plain HTTP/2 client would.
