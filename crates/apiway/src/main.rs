@@ -33,8 +33,10 @@ enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 enum Role {
-    /// Route TLS by SNI to API servers without terminating TLS (passthrough),
-    /// with health-checked backends, hot reload and graceful drain.
+    /// One load balancer for many API servers: routes TLS by SNI without
+    /// terminating it (passthrough), PROXY-protocol connections by original
+    /// destination, HTTP CONNECT by authority; health-checked backends, hot
+    /// reload and graceful drain.
     Gateway {
         /// YAML configuration file; reloaded on change and on SIGHUP.
         #[arg(long, short = 'c')]
