@@ -5,10 +5,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use apiway_core::dial::Connected;
-use apiway_core::forward::{self, ForwardError};
+use apiway_core::endpoint::Endpoint;
+use apiway_core::forward::{self, ForwardError, Relaying};
 use apiway_core::listener::Slot;
-use apiway_core::relay::RelayConfig;
 use apiway_wire::connect_response::{self, ConnectResponseError};
 use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -32,23 +31,22 @@ pub(crate) async fn serve(
     let _slot = slot;
     // Boxed: the dial and CONNECT phases hold far more than the relay, and
     // an idle connection should pay only for the relay.
-    let Some((client, connected, relay, close_on_down)) =
-        Box::pin(prepare(&shared, &handles, client, peer)).await
+    let Some((relaying, close_on_down)) = Box::pin(prepare(&shared, &handles, client, peer)).await
     else {
         return;
     };
-    if !close_on_down {
-        let outcome = forward::relay(client, connected, &relay).await;
+    drop(shared);
+    let Some(endpoint) = close_on_down else {
+        let outcome = relaying.await;
         tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
         return;
-    }
-    let endpoint = connected.lease.endpoint().clone();
+    };
     let down = endpoint.marked_down();
     tokio::pin!(down);
     // Registered before relaying, so a verdict in between is not missed.
     down.as_mut().enable();
     tokio::select! {
-        outcome = forward::relay(client, connected, &relay) => {
+        outcome = relaying => {
             tracing::debug!(%peer, listener = %handles.name, ?outcome, "connection closed");
         }
         _ = down => {
@@ -67,14 +65,15 @@ impl Drop for OpenGuard<'_> {
     }
 }
 
-/// Dials the upstream and sends the preface; `None` when the client was
-/// closed instead (logged and counted).
+/// Dials the upstream, sends the preface and returns the relay (built here,
+/// so the long-lived part of the task holds nothing else); `None` when the
+/// client was closed instead (logged and counted).
 async fn prepare(
     shared: &Shared,
     handles: &ListenerHandles,
     mut client: TcpStream,
     peer: SocketAddr,
-) -> Option<(TcpStream, Connected, RelayConfig, bool)> {
+) -> Option<(Relaying, Option<Arc<Endpoint>>)> {
     let upstream = shared.upstream();
     let destination = match client.local_addr() {
         Ok(a) => a,
@@ -141,11 +140,13 @@ async fn prepare(
             }
         }
     }
+    // With --close-on-down, the endpoint whose down verdict ends the relay.
+    let close_on_down = upstream
+        .close_on_down
+        .then(|| connected.lease.endpoint().clone());
     Some((
-        client,
-        connected,
-        upstream.relay.clone(),
-        upstream.close_on_down,
+        forward::relay(client, connected, &upstream.relay),
+        close_on_down,
     ))
 }
 
@@ -223,6 +224,7 @@ async fn read_connect_answer(stream: &mut TcpStream) -> Result<Vec<u8>, String> 
 mod tests {
     use super::*;
     use apiway_core::endpoint::{EndpointSetSpec, Policy};
+    use apiway_core::relay::RelayConfig;
 
     fn spec(mode: UpstreamMode) -> UpstreamSpec {
         UpstreamSpec {

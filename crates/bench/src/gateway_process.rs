@@ -52,26 +52,64 @@ impl GatewayProcess {
         admin: SocketAddr,
         worker_threads: usize,
     ) -> Result<(GatewayProcess, Duration)> {
+        let dir = tempdir()?;
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(&config, config_text)
+            .with_context(|| format!("writing {}", config.display()))?;
+        let args = vec!["gateway".into(), "--config".into(), config.clone().into()];
+        GatewayProcess::launch(binary, args, dir, config, listen, admin, worker_threads).await
+    }
+
+    /// Starts `apiway agent` in `direct` mode on `listen`, forwarding to the
+    /// one `endpoint` with no health check (a plain per-node forwarder),
+    /// with the same waits as [`start`](Self::start). Only the relay
+    /// scenarios use it; it has no config file to reload.
+    pub async fn start_agent(
+        binary: &Path,
+        listen: SocketAddr,
+        endpoint: SocketAddr,
+        admin: SocketAddr,
+        worker_threads: usize,
+    ) -> Result<(GatewayProcess, Duration)> {
+        let dir = tempdir()?;
+        let config = dir.path().join("no-config");
+        let args = [
+            "agent",
+            "--listen",
+            &listen.to_string(),
+            "--endpoint",
+            &endpoint.to_string(),
+            "--health-check",
+            "none",
+            "--admin",
+            &admin.to_string(),
+        ]
+        .iter()
+        .map(|a| a.into())
+        .collect();
+        GatewayProcess::launch(binary, args, dir, config, listen, admin, worker_threads).await
+    }
+
+    async fn launch(
+        binary: &Path,
+        args: Vec<std::ffi::OsString>,
+        dir: TempDir,
+        config: PathBuf,
+        listen: SocketAddr,
+        admin: SocketAddr,
+        worker_threads: usize,
+    ) -> Result<(GatewayProcess, Duration)> {
         if !binary.is_file() {
             bail!(
                 "the apiway binary {} does not exist: build it with `cargo build --release -p apiway` or pass --apiway PATH",
                 binary.display()
             );
         }
-        let dir = tempfile::Builder::new()
-            .prefix("apiway-bench-gateway-")
-            .tempdir()
-            .context("creating a temporary directory for the gateway")?;
-        let config = dir.path().join("gateway.yaml");
-        std::fs::write(&config, config_text)
-            .with_context(|| format!("writing {}", config.display()))?;
-        let log = dir.path().join("gateway.log");
+        let log = dir.path().join("apiway.log");
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let started = Instant::now();
         let child = Command::new(binary)
-            .arg("gateway")
-            .arg("--config")
-            .arg(&config)
+            .args(&args)
             .env("TOKIO_WORKER_THREADS", worker_threads.to_string())
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -94,7 +132,7 @@ impl GatewayProcess {
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "the gateway did not serve {listen} and /metrics within {TIMEOUT:?}; log:\n{}",
+                    "apiway did not serve {listen} and /metrics within {TIMEOUT:?}; log:\n{}",
                     gateway.log_tail()
                 );
             }
@@ -279,6 +317,13 @@ fn dechunk(body: &str) -> String {
         rest = after[size..].trim_start_matches("\r\n");
     }
     out
+}
+
+fn tempdir() -> Result<TempDir> {
+    tempfile::Builder::new()
+        .prefix("apiway-bench-")
+        .tempdir()
+        .context("creating a temporary directory for apiway")
 }
 
 #[cfg(test)]

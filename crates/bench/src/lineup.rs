@@ -94,6 +94,19 @@ pub struct LineupOptions {
     pub proxy_threads: usize,
     /// Which contenders take part.
     pub contenders: Vec<Contender>,
+    /// What the apiway contender runs.
+    pub apiway_role: ApiwayRole,
+}
+
+/// The apiway role measured as the "apiway" contender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ApiwayRole {
+    /// `apiway gateway`, routing by SNI like HAProxy and nginx do.
+    #[default]
+    Gateway,
+    /// `apiway agent --upstream direct` with the first route's backend as
+    /// its one endpoint: the per-node forwarder's relay (it ignores SNI).
+    Agent,
 }
 
 /// A running proxy.
@@ -256,6 +269,9 @@ impl Lineup {
             .ok_or_else(|| anyhow!("{} is not running", contender.label()))?;
         let started = Instant::now();
         match &mut running.proxy {
+            Proxy::Apiway(_) if self.options.apiway_role == ApiwayRole::Agent => {
+                Err(anyhow!("the agent has no route config to reload"))
+            }
             Proxy::Apiway(g) => {
                 let AppliedReload { apply, observed } = g.reload(&text).await?;
                 Ok(Timed {
@@ -287,14 +303,33 @@ impl Lineup {
             Contender::Apiway => {
                 let admin = SocketAddr::from(([127, 0, 0, 1], free_port()?));
                 let text = text.replace(ADMIN_PLACEHOLDER, &admin.to_string());
-                let (gateway, took) = GatewayProcess::start(
-                    &self.options.apiway,
-                    &text,
-                    listen,
-                    admin,
-                    self.options.proxy_threads,
-                )
-                .await?;
+                let (gateway, took) = match self.options.apiway_role {
+                    ApiwayRole::Gateway => {
+                        GatewayProcess::start(
+                            &self.options.apiway,
+                            &text,
+                            listen,
+                            admin,
+                            self.options.proxy_threads,
+                        )
+                        .await?
+                    }
+                    ApiwayRole::Agent => {
+                        let endpoint = self
+                            .routes
+                            .first()
+                            .and_then(|r| r.backends.first().copied())
+                            .ok_or_else(|| anyhow!("the agent needs a route with a backend"))?;
+                        GatewayProcess::start_agent(
+                            &self.options.apiway,
+                            listen,
+                            endpoint,
+                            admin,
+                            self.options.proxy_threads,
+                        )
+                        .await?
+                    }
+                };
                 // The gateway's own figure leaves out the settling pause.
                 self.start_times.insert(contender, took);
                 Proxy::Apiway(gateway)

@@ -25,7 +25,7 @@ mod protocol;
 mod report;
 mod scenarios;
 
-use lineup::{Contender, LineupOptions};
+use lineup::{ApiwayRole, Contender, LineupOptions};
 use report::ScenarioReport;
 use scenarios::Settings;
 
@@ -56,6 +56,11 @@ struct Cli {
     /// `worker_processes`, apiway tokio worker threads.
     #[arg(long, default_value_t = 1)]
     proxy_threads: usize,
+    /// What the apiway contender runs: `gateway` (all scenarios) or `agent`
+    /// (`apiway agent --upstream direct` to the one backend: throughput,
+    /// conn_rate, idle_memory).
+    #[arg(long, default_value = "gateway")]
+    apiway_role: String,
     /// Also write the markdown report to this file.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -118,10 +123,24 @@ async fn run(cli: Cli) -> Result<bool> {
         bail!("--proxy-threads must be at least 1");
     }
 
+    let apiway_role = match cli.apiway_role.as_str() {
+        "gateway" => ApiwayRole::Gateway,
+        "agent" => {
+            if let Some(s) = scenarios
+                .iter()
+                .find(|s| !["throughput", "conn_rate", "idle_memory"].contains(&s.as_str()))
+            {
+                bail!("--apiway-role agent runs throughput, conn_rate and idle_memory; not {s} (use --only)");
+            }
+            ApiwayRole::Agent
+        }
+        other => bail!("--apiway-role: `{other}` is neither gateway nor agent"),
+    };
     let lineup = LineupOptions {
         apiway: apiway.clone(),
         proxy_threads: cli.proxy_threads,
         contenders: contenders.clone(),
+        apiway_role,
     };
     let settings = Settings::new(cli.quick, lineup);
     let facts = machine::facts(&apiway);
@@ -191,6 +210,9 @@ fn render(
         started.elapsed().as_secs_f64(),
         settings.lineup.proxy_threads,
     ));
+    if settings.lineup.apiway_role == ApiwayRole::Agent {
+        out.push_str("- the apiway contender is `apiway agent --upstream direct --endpoint BACKEND --health-check none` (the per-node forwarder's relay; it ignores the SNI)\n");
+    }
     out.push_str(&format!(
         "- load average at end: {}\n",
         std::fs::read_to_string("/proc/loadavg")
