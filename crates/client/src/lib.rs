@@ -84,6 +84,8 @@ mod client;
 mod config;
 mod connect;
 mod error;
+#[cfg(feature = "kube")]
+pub mod kube_service;
 mod learn;
 mod metrics;
 
@@ -92,6 +94,8 @@ pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
+#[cfg(feature = "kube")]
+pub use kube_service::KubeService;
 pub use metrics::{BlockLabels, ClientMetrics, EndpointLabels, FailureLabels};
 
 /// The `Alt-Used` request header (RFC 7838 section 5).
