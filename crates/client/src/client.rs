@@ -389,7 +389,9 @@ impl Client {
                 .set(1);
         }
         state.choice.record_success(key);
-        if !self.inner.config.learn_alt_svc {
+        if !self.inner.config.learn_alt_svc
+            || !response.headers().contains_key(http::header::ALT_SVC)
+        {
             return;
         }
         let previous: HashMap<Address, bool> = state
