@@ -306,14 +306,8 @@ impl Agent {
                 move |new| agent.reload(new),
             ))
         });
-        let signal = apiway_core::drain::termination_signal().await;
-        tracing::info!(signal, "shutting down");
-        agent
-            .shutdown(async {
-                let again = apiway_core::drain::termination_signal().await;
-                tracing::warn!(signal = again, "second signal; closing now");
-            })
-            .await;
+        let hurry = apiway_core::drain::first_termination().await;
+        agent.shutdown(hurry).await;
         if let Some(r) = reloader {
             r.abort();
         }

@@ -121,6 +121,18 @@ pub async fn termination_signal() -> &'static str {
     }
 }
 
+/// Waits for the first SIGTERM or SIGINT and logs it; returns the future
+/// that resolves on a second one, which a role passes to its shutdown as
+/// the signal to skip the remaining waits.
+pub async fn first_termination() -> impl Future<Output = ()> {
+    let signal = termination_signal().await;
+    tracing::info!(signal, "shutting down");
+    async {
+        let again = termination_signal().await;
+        tracing::warn!(signal = again, "second signal; closing now");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -522,14 +522,8 @@ impl Gateway {
                 move |new| gateway.reload(new),
             ))
         };
-        let signal = apiway_core::drain::termination_signal().await;
-        tracing::info!(signal, "shutting down");
-        gateway
-            .shutdown(async {
-                let again = apiway_core::drain::termination_signal().await;
-                tracing::warn!(signal = again, "second signal; closing now");
-            })
-            .await;
+        let hurry = apiway_core::drain::first_termination().await;
+        gateway.shutdown(hurry).await;
         reloader.abort();
         tracing::info!("stopped");
         Ok(())
