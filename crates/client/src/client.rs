@@ -138,6 +138,11 @@ impl Client {
             .cloned()
             .ok_or_else(|| Error::InvalidRequest(format!("`{}` has no path", parts.uri)))?;
         parts.headers.remove(HOST);
+        for (name, value) in &self.inner.config.headers {
+            if !parts.headers.contains_key(name) {
+                parts.headers.insert(name.clone(), value.clone());
+            }
+        }
         let repeatable = parts.method == Method::GET || parts.method == Method::HEAD;
         let mut tried: Vec<Address> = Vec::new();
         let mut attempts: Vec<Attempt> = Vec::new();

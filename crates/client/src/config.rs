@@ -48,6 +48,9 @@ pub struct ClientConfig {
     /// in use (default: fresh families; share one between clients and
     /// register it once).
     pub metrics: crate::ClientMetrics,
+    /// Headers added to every request that does not set them itself, e.g.
+    /// `Authorization: Bearer <service account token>` (default none).
+    pub headers: http::HeaderMap,
 }
 
 impl ClientConfig {
@@ -66,7 +69,18 @@ impl ClientConfig {
             check_timeout: Duration::from_secs(5),
             keepalive: Duration::from_secs(10),
             metrics: crate::ClientMetrics::default(),
+            headers: http::HeaderMap::new(),
         })
+    }
+
+    /// Sends `Authorization: Bearer <token>` with every request (the
+    /// token is marked sensitive, so HTTP/2 never indexes it).
+    pub fn with_bearer_token(mut self, token: &str) -> Result<ClientConfig, Error> {
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .map_err(|_| Error::InvalidToken)?;
+        value.set_sensitive(true);
+        self.headers.insert(http::header::AUTHORIZATION, value);
+        Ok(self)
     }
 
     /// Sets the static alternatives from a comma-separated list of `host`,

@@ -46,6 +46,9 @@ pub enum Error {
         /// The name.
         name: String,
     },
+    /// The bearer token holds characters a header cannot carry.
+    #[error("the bearer token cannot be sent in an Authorization header")]
+    InvalidToken,
     /// The request cannot be sent as given (its URI has no path, a header
     /// cannot be carried over HTTP/2, ...).
     #[error("invalid request: {0}")]

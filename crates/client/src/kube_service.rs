@@ -18,9 +18,10 @@
 //! cannot carry the HTTP/1.1 upgrades that `exec`, `attach` and
 //! `port-forward` use; those do not work through this service.
 //! Authentication is the TLS client certificate of
-//! [`ClientConfig::tls`](crate::ClientConfig::tls): kube's own auth layers
-//! (tokens, exec plugins) apply only to clients built from a
-//! `kube::Config`, not to `kube::Client::new`.
+//! [`ClientConfig::tls`](crate::ClientConfig::tls) or a fixed token
+//! ([`ClientConfig::with_bearer_token`](crate::ClientConfig::with_bearer_token)):
+//! kube's own auth layers (token files, exec plugins) apply only to
+//! clients built from a `kube::Config`, not to `kube::Client::new`.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -112,7 +112,9 @@ async fn no_alternatives_behaves_like_a_plain_client() -> Result<()> {
         let pki = pki()?;
         let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
         let addr = origin.addr();
-        let client = client_for(&origin, &pki, "")?;
+        let config = ClientConfig::new(&format!("https://{addr}"), pki.tls.clone())?
+            .with_bearer_token("t0ken")?;
+        let client = Client::new(config)?;
         for _ in 0..3 {
             let report = get_report(&client, "/api/v1/pods?limit=1").await?;
             ensure!(report["server"] == "lb", "{report}");
@@ -123,6 +125,7 @@ async fn no_alternatives_behaves_like_a_plain_client() -> Result<()> {
             );
             ensure!(report["alpn"] == "h2", "{report}");
             ensure!(report["query"] == "limit=1", "{report}");
+            ensure!(report["authorization"] == "Bearer t0ken", "{report}");
         }
         ensure!(client.endpoints().len() == 1, "{:?}", client.endpoints());
 

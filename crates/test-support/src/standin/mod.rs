@@ -15,7 +15,7 @@
 //! | `/version` | Kubernetes-style version JSON (`gitVersion: v1.31.0-apiway-standin`) |
 //! | `/stream?bytes=N` | N bytes; the byte at offset `i` is [`pattern_byte`]`(i)` |
 //! | `/echo` (POST) | the request body, streamed back |
-//! | anything else | 200 JSON: `server`, `path`, `query`, `method`, `version`, `client_cn`, `client_organizations`, `sni`, `alpn`, `peer`, `authority` (HTTP/2 `:authority`, or an absolute-form URI's), `alt_used` (the `Alt-Used` header) |
+//! | anything else | 200 JSON: `server`, `path`, `query`, `method`, `version`, `client_cn`, `client_organizations`, `sni`, `alpn`, `peer`, `authority` (HTTP/2 `:authority`, or an absolute-form URI's), `alt_used` (the `Alt-Used` header), `authorization` (the header, as sent: test credentials only) |
 //!
 //! Every response carries `x-apiway-standin: <name>`, and `Alt-Svc` when
 //! configured.

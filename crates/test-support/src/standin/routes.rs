@@ -131,6 +131,10 @@ fn report(req: &Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> se
             .headers()
             .get("alt-used")
             .and_then(|v| v.to_str().ok()),
+        "authorization": req
+            .headers()
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
     })
 }
 
