@@ -7,7 +7,7 @@
 //! describes. Endpoints come from `Alt-Svc` response headers (RFC 7838,
 //! parsed by `apiway_wire::altsvc`) and from a static list
 //! (`alternative_hosts`); the choice among them is
-//! [`apiway_core::choice`], shared with the agent and the gateway:
+//! [`apiway_core::choice`], which lives in core so every role can share it:
 //!
 //! 1. the endpoint in use, while it works (no flapping);
 //! 2. otherwise an alternative whose address is on a local interface;
