@@ -1,27 +1,20 @@
 //! Listener metrics of the agent (endpoint metrics live in core).
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// `listener` label: the listening address.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
-    /// The listening address (`ip:port`).
-    pub listener: String,
-}
+use apiway_core::metrics::ListenerMetrics;
+
+pub use apiway_core::metrics::ListenerLabels;
 
 /// Families of the agent.
 #[derive(Clone, Default)]
 pub struct AgentMetrics {
-    /// Connections accepted.
-    pub accepted: Family<ListenerLabels, Counter>,
-    /// Connections closed at once: `max_connections` reached.
-    pub rejected: Family<ListenerLabels, Counter>,
-    /// Connections open now.
-    pub open: Family<ListenerLabels, Gauge>,
+    /// Accepted, rejected and open connections per listener (the
+    /// listening address).
+    pub listeners: ListenerMetrics,
     /// Connections closed because no endpoint or gateway could be reached.
     pub unavailable: Family<ListenerLabels, Counter>,
     /// `CONNECT` tunnels the gateway refused, failed to answer, or answered badly.
@@ -31,21 +24,7 @@ pub struct AgentMetrics {
 impl AgentMetrics {
     /// Registers the families.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "listener_accepted",
-            "Connections accepted",
-            self.accepted.clone(),
-        );
-        registry.register(
-            "listener_rejected",
-            "Connections closed at once because max_connections was reached",
-            self.rejected.clone(),
-        );
-        registry.register(
-            "listener_open_connections",
-            "Open connections",
-            self.open.clone(),
-        );
+        self.listeners.register(registry);
         registry.register(
             "listener_unavailable",
             "Connections closed because no endpoint or gateway could be reached",
@@ -77,9 +56,9 @@ impl ListenerHandles {
         };
         ListenerHandles {
             name: name.to_owned(),
-            accepted: m.accepted.get_or_create_owned(&l),
-            rejected: m.rejected.get_or_create_owned(&l),
-            open: m.open.get_or_create_owned(&l),
+            accepted: m.listeners.accepted.get_or_create_owned(&l),
+            rejected: m.listeners.rejected.get_or_create_owned(&l),
+            open: m.listeners.open.get_or_create_owned(&l),
             unavailable: m.unavailable.get_or_create_owned(&l),
             connect_failed: m.connect_failed.get_or_create_owned(&l),
         }

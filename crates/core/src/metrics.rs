@@ -12,6 +12,46 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+/// `listener` label: the listener's name (gateway) or address (agent).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// The listener.
+    pub listener: String,
+}
+
+/// The families every role's listeners have.
+#[derive(Clone, Default, Debug)]
+pub struct ListenerMetrics {
+    /// Connections accepted.
+    pub accepted: Family<ListenerLabels, Counter>,
+    /// Connections closed at once because `max_connections` was reached.
+    pub rejected: Family<ListenerLabels, Counter>,
+    /// Connections open now.
+    pub open: Family<ListenerLabels, Gauge>,
+}
+
+impl ListenerMetrics {
+    /// Registers the families (`listener_accepted`, `listener_rejected`,
+    /// `listener_open_connections`).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "listener_accepted",
+            "Connections accepted",
+            self.accepted.clone(),
+        );
+        registry.register(
+            "listener_rejected",
+            "Connections closed at once because max_connections was reached",
+            self.rejected.clone(),
+        );
+        registry.register(
+            "listener_open_connections",
+            "Open connections",
+            self.open.clone(),
+        );
+    }
+}
+
 /// Labels of a backend of a route (gateway) or an endpoint of an upstream (agent).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BackendLabels {

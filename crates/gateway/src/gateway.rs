@@ -100,9 +100,9 @@ impl ListenerHandles {
         ListenerHandles {
             name: name.to_owned(),
             metrics: metrics.clone(),
-            accepted: metrics.accepted.get_or_create_owned(&l),
-            rejected: metrics.rejected.get_or_create_owned(&l),
-            open: metrics.open.get_or_create_owned(&l),
+            accepted: metrics.listeners.accepted.get_or_create_owned(&l),
+            rejected: metrics.listeners.rejected.get_or_create_owned(&l),
+            open: metrics.listeners.open.get_or_create_owned(&l),
             hello_timeouts: metrics.hello_timeouts.get_or_create_owned(&l),
             untrusted: metrics.untrusted.get_or_create_owned(&l),
             proxy_header_timeouts: metrics.proxy_header_timeouts.get_or_create_owned(&l),

@@ -3,15 +3,11 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// `listener` label.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
-    /// Listener name.
-    pub listener: String,
-}
+use apiway_core::metrics::ListenerMetrics;
+
+pub use apiway_core::metrics::ListenerLabels;
 
 /// `listener` and `reason` labels.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -41,12 +37,8 @@ pub struct RouteLabels {
 /// Families of the gateway.
 #[derive(Clone, Default)]
 pub struct GatewayMetrics {
-    /// Connections accepted.
-    pub accepted: Family<ListenerLabels, Counter>,
-    /// Connections closed at once because the listener was full.
-    pub rejected: Family<ListenerLabels, Counter>,
-    /// Connections open on the listener.
-    pub open: Family<ListenerLabels, Gauge>,
+    /// Accepted, rejected and open connections per listener.
+    pub listeners: ListenerMetrics,
     /// Connections with no route (`no_sni`, `unknown_sni`,
     /// `unknown_destination`, `local`, `unknown_authority`).
     pub no_route: Family<ReasonLabels, Counter>,
@@ -75,21 +67,7 @@ pub struct GatewayMetrics {
 impl GatewayMetrics {
     /// Registers the families.
     pub fn register(&self, registry: &mut Registry) {
-        registry.register(
-            "listener_accepted",
-            "Connections accepted",
-            self.accepted.clone(),
-        );
-        registry.register(
-            "listener_rejected",
-            "Connections closed at once because max_connections was reached",
-            self.rejected.clone(),
-        );
-        registry.register(
-            "listener_open_connections",
-            "Open connections",
-            self.open.clone(),
-        );
+        self.listeners.register(registry);
         registry.register(
             "listener_no_route",
             "Connections that matched no route and were not taken by a default route, by reason",
