@@ -289,6 +289,29 @@ impl Netns {
         ip(&all)
     }
 
+    /// Joins this namespace to `other` with a veth pair: `here` is this
+    /// end's device name and address (`ip/prefix`), `there` the other's.
+    /// Device names are at most 15 bytes; the namespaces keep them apart.
+    pub fn link_to(&self, other: &Netns, here: (&str, &str), there: (&str, &str)) -> Result<()> {
+        self.ip(&[
+            "link",
+            "add",
+            here.0,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            there.0,
+            "netns",
+            other.name(),
+        ])?;
+        self.ip(&["addr", "add", here.1, "dev", here.0])?;
+        self.ip(&["link", "set", here.0, "up"])?;
+        other.ip(&["addr", "add", there.1, "dev", there.0])?;
+        other.ip(&["link", "set", there.0, "up"])?;
+        Ok(())
+    }
+
     /// The addresses on `dev` inside the namespace (`ip -o addr show`).
     pub fn addresses(&self, dev: &str) -> Result<String> {
         self.ip(&["-o", "addr", "show", "dev", dev])

@@ -27,22 +27,11 @@ async fn pods_reach_their_own_cluster_through_agent_and_gateway() -> Result<()> 
     let pki = Pki::new()?;
     let node = Netns::new()?;
     let seed = Netns::new()?;
-    node.ip(&[
-        "link",
-        "add",
-        "awnode",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "awseed",
-        "netns",
-        seed.name(),
-    ])?;
-    node.ip(&["addr", "add", "10.88.0.1/24", "dev", "awnode"])?;
-    node.ip(&["link", "set", "awnode", "up"])?;
-    seed.ip(&["addr", "add", "10.88.0.2/24", "dev", "awseed"])?;
-    seed.ip(&["link", "set", "awseed", "up"])?;
+    node.link_to(
+        &seed,
+        ("awnode", "10.88.0.1/24"),
+        ("awseed", "10.88.0.2/24"),
+    )?;
 
     // Seed: one stand-in per cluster, cluster A's requiring client certs.
     let listen: SocketAddr = SocketAddr::new(LOCALHOST, 0);

@@ -16,23 +16,11 @@ async fn the_local_endpoint_wins_and_fails_over_to_the_remote_one() -> Result<()
     let pki = Pki::new()?;
     let node = Netns::new()?;
     let remote_host = Netns::new()?;
-    // veth names are at most 15 bytes; the namespaces keep them apart.
-    node.ip(&[
-        "link",
-        "add",
-        "awnode",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "awremote",
-        "netns",
-        remote_host.name(),
-    ])?;
-    node.ip(&["addr", "add", "10.77.0.1/24", "dev", "awnode"])?;
-    node.ip(&["link", "set", "awnode", "up"])?;
-    remote_host.ip(&["addr", "add", "10.77.0.2/24", "dev", "awremote"])?;
-    remote_host.ip(&["link", "set", "awremote", "up"])?;
+    node.link_to(
+        &remote_host,
+        ("awnode", "10.77.0.1/24"),
+        ("awremote", "10.77.0.2/24"),
+    )?;
 
     let local_ip: IpAddr = "10.77.0.1".parse()?;
     let remote_ip: IpAddr = "10.77.0.2".parse()?;
