@@ -12,6 +12,7 @@ use apiway_core::metrics::BackendHandles;
 use bytes::Bytes;
 use http::header::HOST;
 use http::{HeaderValue, Method, Request, Response, Uri};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
 use rustls_pki_types::ServerName;
@@ -21,6 +22,10 @@ use crate::connect::{Body, Dialer, Target};
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
 use crate::metrics::{BlockLabels, EndpointLabels, FailureLabels};
+
+/// How many times [`Client::fetch`] sends a GET or HEAD again after its
+/// response body broke off.
+pub const BODY_RETRIES: usize = 2;
 
 /// An HTTPS (HTTP/2) client for one API server origin that fails over
 /// between the origin's endpoints. Cheap to clone; clones share endpoints,
@@ -131,6 +136,53 @@ impl Client {
     /// A response of any status is returned as is; only failures to get
     /// one move the request.
     pub async fn send(&self, request: Request<Bytes>) -> Result<Response<Incoming>, Error> {
+        self.send_to(request, false)
+            .await
+            .map(|(response, _)| response)
+    }
+
+    /// Like [`send`](Self::send), and reads the whole response body. A GET
+    /// or HEAD whose body breaks off (the server died mid-response) blocks
+    /// that endpoint and is sent again, to the next endpoint, up to
+    /// [`BODY_RETRIES`] times; other methods return [`Error::Body`].
+    ///
+    /// For anything but a watch or a very large list, this is the call to
+    /// use: a request fails only when no endpoint can answer it whole.
+    pub async fn fetch(&self, request: Request<Bytes>) -> Result<Response<Bytes>, Error> {
+        let (parts, body) = request.into_parts();
+        let repeatable = parts.method == Method::GET || parts.method == Method::HEAD;
+        let mut retries = 0;
+        loop {
+            let mut again = Request::new(body.clone());
+            *again.method_mut() = parts.method.clone();
+            *again.uri_mut() = parts.uri.clone();
+            *again.headers_mut() = parts.headers.clone();
+            let (response, key) = self.send_to(again, retries > 0).await?;
+            let (head, incoming) = response.into_parts();
+            match incoming.collect().await {
+                Ok(collected) => return Ok(Response::from_parts(head, collected.to_bytes())),
+                Err(error) => {
+                    let reason = format!("response body broke off: {error}");
+                    self.fail(&key, Failure::Network, "body", &reason, &mut Vec::new());
+                    if !repeatable || retries >= BODY_RETRIES {
+                        return Err(Error::Body {
+                            endpoint: key.to_string(),
+                            source: error,
+                        });
+                    }
+                    retries += 1;
+                }
+            }
+        }
+    }
+
+    /// [`send`](Self::send), also returning the endpoint that answered;
+    /// `moved` when an earlier attempt of the same request failed.
+    async fn send_to(
+        &self,
+        request: Request<Bytes>,
+        moved: bool,
+    ) -> Result<(Response<Incoming>, Address), Error> {
         let (mut parts, body) = request.into_parts();
         let path = parts
             .uri
@@ -186,8 +238,8 @@ impl Client {
             }
             match sender.try_send_request(outgoing).await {
                 Ok(response) => {
-                    self.succeeded(&key, &response, !attempts.is_empty());
-                    return Ok(response);
+                    self.succeeded(&key, &response, moved || !attempts.is_empty());
+                    return Ok((response, key));
                 }
                 Err(mut e) => {
                     let never_sent = e.take_message().is_some();

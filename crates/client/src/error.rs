@@ -61,6 +61,17 @@ pub enum Error {
         /// Every attempt, in order.
         attempts: Vec<Attempt>,
     },
+    /// The response body broke off after its headers arrived
+    /// ([`Client::fetch`](crate::Client::fetch) only): a method other than
+    /// GET or HEAD, or a GET that broke off on every retry.
+    #[error("the response body from {endpoint} broke off: {source}")]
+    Body {
+        /// The endpoint that answered.
+        endpoint: String,
+        /// What hyper reported.
+        #[source]
+        source: hyper::Error,
+    },
     /// The connection failed after the request may have reached the
     /// server, and the method is not safe to repeat (anything but GET and
     /// HEAD): it was not sent anywhere else. The caller decides whether to

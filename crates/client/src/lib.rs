@@ -80,6 +80,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod advertise;
 mod client;
 mod config;
 mod connect;
@@ -91,7 +92,7 @@ mod metrics;
 
 pub use apiway_core::choice::{Block, Failure};
 pub use apiway_core::endpoint::Address;
-pub use client::{Client, EndpointStatus};
+pub use client::{Client, EndpointStatus, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
 #[cfg(feature = "kube")]

@@ -25,8 +25,9 @@ pub struct FailureLabels {
     /// The endpoint.
     pub endpoint: String,
     /// `connect`, `tls`, `certificate`, `no_h2`, `http2`, `not_ready`,
-    /// `timeout` (before the request was sent) or `request` (while sending
-    /// it or waiting for the answer).
+    /// `timeout` (before the request was sent), `request` (while sending
+    /// it or waiting for the answer) or `body` (the response body broke
+    /// off, seen by `Client::fetch`).
     pub reason: &'static str,
 }
 
