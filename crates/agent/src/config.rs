@@ -253,20 +253,13 @@ pub struct Snapshot {
     pub reload_interval: Duration,
 }
 
-/// Parses a configuration file's text (empty text is an empty file).
+/// Parses a configuration file's text (empty text is an empty file; YAML,
+/// or JSON when it starts with `{`, as for the gateway).
 pub fn parse_file(text: &str) -> Result<ConfigFile, String> {
     if text.trim().is_empty() {
         return Ok(ConfigFile::default());
     }
-    serde_saphyr::from_str(text).map_err(|e| {
-        format!(
-            "invalid YAML: {}",
-            e.to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-        )
-    })
+    apiway_core::config_text::deserialize(text)
 }
 
 /// Merges `flags` over `file` and validates. The error is one line naming
