@@ -75,13 +75,8 @@ pub fn relay(client: TcpStream, connected: Connected, cfg: &RelayConfig) -> Rela
     let Connected { stream, lease, .. } = connected;
     if let Some(keepalive) = &cfg.keepalive {
         let client_too = *keepalive != KeepaliveConfig::default();
-        for socket in std::iter::once(&stream).chain(client_too.then_some(&client)) {
-            // A socket that can't take options is already broken; the relay
-            // itself will report how.
-            if let Err(e) = apiway_relay::set_keepalive(socket, keepalive) {
-                tracing::debug!(error = %e, "could not set keepalive");
-            }
-        }
+        let sockets = std::iter::once(&stream).chain(client_too.then_some(&client));
+        apiway_relay::apply_keepalive(sockets, keepalive);
     }
     let cfg = RelayConfig {
         keepalive: None,

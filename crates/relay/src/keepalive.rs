@@ -47,6 +47,20 @@ pub fn set_keepalive(stream: &TcpStream, cfg: &KeepaliveConfig) -> io::Result<()
     sock.set_tcp_nodelay(true)
 }
 
+/// [`set_keepalive`] on each of `streams`, logging rather than returning a
+/// failure: a socket that can't take options is already broken, and the
+/// relay on it will report how.
+pub fn apply_keepalive<'a>(
+    streams: impl IntoIterator<Item = &'a TcpStream>,
+    cfg: &KeepaliveConfig,
+) {
+    for stream in streams {
+        if let Err(e) = set_keepalive(stream, cfg) {
+            tracing::debug!(error = %e, "could not set keepalive");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

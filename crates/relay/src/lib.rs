@@ -30,7 +30,7 @@ pub mod pool;
 #[cfg(target_os = "linux")]
 mod splice;
 
-pub use keepalive::{set_keepalive, KeepaliveConfig};
+pub use keepalive::{apply_keepalive, set_keepalive, KeepaliveConfig};
 
 /// The way bytes travel between the two sides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,13 +158,7 @@ pub fn relay<O: Observer + Unpin>(
     observer: O,
 ) -> TcpRelay<O> {
     if let Some(keepalive) = &cfg.keepalive {
-        for stream in [&client, &backend] {
-            // A socket that can't take options is already broken; the relay
-            // itself will report how.
-            if let Err(e) = set_keepalive(stream, keepalive) {
-                tracing::debug!(error = %e, "could not set keepalive");
-            }
-        }
+        apply_keepalive([&client, &backend], keepalive);
     }
     let buffer_size = cfg.clamped_buffer_size();
     #[cfg(target_os = "linux")]
