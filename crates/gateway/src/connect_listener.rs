@@ -35,7 +35,7 @@ pub(crate) async fn prepare(
     let mut buf = Vec::new();
     let read = read_request(&mut client, &mut buf, spec.max_request_bytes);
     let read = tokio::time::timeout(spec.request_timeout, read).await;
-    let origin = Origin::of(&client, peer, spec.address);
+    let listen = spec.address;
     drop(spec);
     let (request, consumed) = match read {
         Ok(Ok(request)) => request,
@@ -59,6 +59,7 @@ pub(crate) async fn prepare(
     };
     tracing::debug!(%peer, authority = %request.authority, route = route.name(), "tunnel");
     let rest = buf.get(consumed..).unwrap_or_default();
+    let origin = || Origin::of(&client, peer, listen);
     let connected = match connection::open(&route, peer, origin, rest).await {
         Ok(connected) => connected,
         Err(_) => {

@@ -120,17 +120,20 @@ pub(crate) enum OpenFailure {
 
 /// Counts the connection on `route`, dials it with failover and sends the
 /// preface: the PROXY header the route asks for, then `replay` (the bytes
-/// already read from the client that belong to the stream).
+/// already read from the client that belong to the stream). `origin` is
+/// called only for a route that sends a PROXY header: learning the
+/// client's destination may cost a system call (`getsockname`), which
+/// most connections need not pay.
 pub(crate) async fn open(
     route: &Route,
     peer: SocketAddr,
-    origin: Origin,
+    origin: impl FnOnce() -> Origin,
     replay: &[u8],
 ) -> Result<Connected, OpenFailure> {
     route.routed.inc();
     let preface = match route.send_proxy_protocol() {
         None => std::borrow::Cow::Borrowed(replay),
-        Some(version) => match proxy_header(version, origin) {
+        Some(version) => match proxy_header(version, origin()) {
             Ok(mut header) => {
                 header.extend_from_slice(replay);
                 std::borrow::Cow::Owned(header)

@@ -27,7 +27,7 @@ pub(crate) async fn prepare(
     // The header is for us; the backend gets the stream from the hello on.
     hello_bytes.drain(..headers.consumed);
     let spec = listener.spec.load_full();
-    let origin = headers.origin(&client, peer, spec.address);
+    let listen = spec.address;
     let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
     let hello = match tokio::time::timeout(spec.client_hello_timeout, read).await {
         Ok(Ok(hello)) => hello,
@@ -60,6 +60,7 @@ pub(crate) async fn prepare(
     };
     drop(hello);
 
+    let origin = || headers.origin(&client, peer, listen);
     match connection::open(&route, peer, origin, &hello_bytes).await {
         Ok(connected) => Some(connection::prepared(client, connected, &route)),
         Err(OpenFailure::Unavailable) => {
