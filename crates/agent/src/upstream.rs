@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use apiway_core::endpoint::Endpoint;
-use apiway_core::forward::{self, ForwardError, Relaying};
+use apiway_core::forward::{self, Relaying};
 use apiway_core::listener::Slot;
 use apiway_wire::connect_response::{self, ConnectResponseError};
 use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
@@ -75,35 +75,38 @@ async fn prepare(
     peer: SocketAddr,
 ) -> Option<(Relaying, Option<Arc<Endpoint>>)> {
     let upstream = shared.upstream();
-    let destination = match client.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            tracing::debug!(%peer, error = %e, "client socket has no local address; closing");
-            return None;
-        }
-    };
-    let preface = match preface(&upstream, peer, destination) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(%peer, %destination, "closing client: {e}");
-            return None;
-        }
-    };
+    // The address the client connected to, for the PROXY header or the
+    // CONNECT target; `direct` sends nothing ahead of the client's bytes
+    // and skips the system call (`getsockname`).
+    let mut destination = None;
+    let mut preface = Vec::new();
+    if upstream.mode != UpstreamMode::Direct {
+        let dst = match client.local_addr() {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "client socket has no local address; closing");
+                return None;
+            }
+        };
+        preface = match self::preface(&upstream, peer, dst) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(%peer, destination = %dst, "closing client: {e}");
+                return None;
+            }
+        };
+        destination = Some(dst);
+    }
     let set = shared.set();
     let mut connected = match forward::open(&set, upstream.connect_timeout, &preface).await {
         Ok(c) => c,
-        Err(ForwardError::Unavailable(e)) => {
-            handles.unavailable.inc();
-            tracing::warn!(%peer, listener = %handles.name, "closing client: {e}");
-            return None;
-        }
         Err(e) => {
             handles.unavailable.inc();
             tracing::warn!(%peer, listener = %handles.name, "closing client: {e}");
             return None;
         }
     };
-    if upstream.mode == UpstreamMode::Connect {
+    if let Some(destination) = destination.filter(|_| upstream.mode == UpstreamMode::Connect) {
         let authority = connect_authority(&upstream, destination);
         let gateway = connected.lease.endpoint().name().to_owned();
         let answer = tokio::time::timeout(
