@@ -123,33 +123,12 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
             );
         }
     }
-    let mut apply_row = Row::new(
-        "reload",
-        &format!("apply {n} routes, YAML file (apiway_config_last_apply_seconds)"),
-        "ms",
-        Better::Lower,
-        1,
-    );
-    if let Some(m) = median(&applies) {
-        apply_row.set(Contender::Apiway, m);
-        report.notes.push(format!(
-            "reload: apiway apply of {n} routes from YAML per reload {} ms (the table shows the median)",
-            list(&applies, 1)
-        ));
-    }
+    let yaml_row = apply_row(n, "YAML", &applies, &mut report.notes);
     // The same reloads with the file written as JSON, the form a generator
     // of thousands of routes writes (and YAML parsers read slowly).
-    let mut json_row = Row::new(
-        "reload",
-        &format!("apply {n} routes, JSON file (apiway_config_last_apply_seconds)"),
-        "ms",
-        Better::Lower,
-        1,
-    )
-    .target(Target::AtMost(50.0));
+    let mut json_applies = Vec::new();
     if proxies.contains(&Contender::Apiway) {
         lineup.set_apiway_json(true);
-        let mut json_applies = Vec::new();
         for variant in 1..=settings.big_reloads {
             let timed = lineup
                 .reload(
@@ -162,14 +141,9 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
                 json_applies.push(apply.as_secs_f64() * 1000.0);
             }
         }
-        if let Some(m) = median(&json_applies) {
-            json_row.set(Contender::Apiway, m);
-            report.notes.push(format!(
-                "reload: apiway apply of {n} routes from JSON per reload {} ms (the table shows the median)",
-                list(&json_applies, 1)
-            ));
-        }
     }
+    let json_row =
+        apply_row(n, "JSON", &json_applies, &mut report.notes).target(Target::AtMost(50.0));
     let mut wall_row = Row::new(
         "reload",
         &format!("reload {n} routes, wall time"),
@@ -189,8 +163,28 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
     }
     report
         .rows
-        .extend([start_row, apply_row, json_row, wall_row, memory_row]);
+        .extend([start_row, yaml_row, json_row, wall_row, memory_row]);
     Ok(report)
+}
+
+/// The row (median) and the note (every value) of apiway's apply time of
+/// `n` routes from a file in `format`.
+fn apply_row(n: usize, format: &str, applies: &[f64], notes: &mut Vec<String>) -> Row {
+    let mut row = Row::new(
+        "reload",
+        &format!("apply {n} routes, {format} file (apiway_config_last_apply_seconds)"),
+        "ms",
+        Better::Lower,
+        1,
+    );
+    if let Some(m) = median(applies) {
+        row.set(Contender::Apiway, m);
+        notes.push(format!(
+            "reload: apiway apply of {n} routes from {format} per reload {} ms (the table shows the median)",
+            list(applies, 1)
+        ));
+    }
+    row
 }
 
 /// The small config of the reload-under-traffic test, version `i`:
