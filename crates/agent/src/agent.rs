@@ -5,6 +5,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+
+use apiway_core::sync::lock;
 use std::time::Duration;
 
 use apiway_core::admin::{AdminServer, Health};
@@ -313,12 +315,5 @@ impl Agent {
         }
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }

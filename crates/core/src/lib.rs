@@ -19,6 +19,7 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod reload;
+pub mod sync;
 pub mod tls;
 
 pub use apiway_relay as relay;

@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use apiway_core::sync::lock;
+
 use apiway_core::admin::{AdminServer, Health};
 use apiway_core::drain::{Drain, DrainTiming};
 use apiway_core::endpoint::EndpointSet;
@@ -527,12 +529,5 @@ impl Gateway {
         reloader.abort();
         tracing::info!("stopped");
         Ok(())
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
