@@ -5,8 +5,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-use apiway_core::sync::lock;
 use std::time::Duration;
 
 use apiway_core::admin::{AdminServer, Health};
@@ -15,6 +13,7 @@ use apiway_core::endpoint::EndpointSet;
 use apiway_core::listener::{self, Slots};
 use apiway_core::metrics::BackendMetrics;
 use apiway_core::reload::ReloadMetrics;
+use apiway_core::sync::lock;
 use arc_swap::ArcSwap;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;

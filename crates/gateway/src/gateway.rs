@@ -6,8 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use apiway_core::sync::lock;
-
 use apiway_core::admin::{AdminServer, Health};
 use apiway_core::drain::{Drain, DrainTiming};
 use apiway_core::endpoint::EndpointSet;
@@ -15,6 +13,7 @@ use apiway_core::listener::{self, Slots};
 use apiway_core::metrics::BackendMetrics;
 use apiway_core::relay::RelayConfig;
 use apiway_core::reload::ReloadMetrics;
+use apiway_core::sync::lock;
 use apiway_wire::connect::Authority;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
