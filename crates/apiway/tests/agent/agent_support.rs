@@ -2,18 +2,16 @@
 //! network namespace), namespaces that delete themselves, stand-in
 //! processes, and curl run inside a namespace.
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use apiway_test_support::peers::StandinProcess;
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::Signal;
 
 use crate::support::metrics::Metrics;
-use crate::support::process::{field, APIWAY};
+use crate::support::process::{field, LoggedChild, APIWAY};
 use crate::support::tools::{run, CurlAnswer};
 use crate::support::{Pki, LOCALHOST};
 
@@ -23,8 +21,7 @@ pub const API_NAMES: &[&str] = &["kubernetes.default", "kubernetes.default.svc"]
 
 /// A running `apiway agent ARGS`; killed on drop.
 pub struct AgentProcess {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
+    process: LoggedChild,
     listeners: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
 }
@@ -76,28 +73,9 @@ impl AgentProcess {
             }
             None => Command::new(APIWAY),
         };
-        command
-            .arg("agent")
-            .args(args)
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().context("starting apiway agent")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        if let Some(stderr) = child.stderr.take() {
-            let sink = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    lock(&sink).push(line);
-                }
-            });
-        }
+        command.arg("agent").args(args);
         Ok(AgentProcess {
-            child,
-            log,
+            process: LoggedChild::spawn(command, "agent")?,
             listeners: Vec::new(),
             admin: None,
         })
@@ -115,7 +93,7 @@ impl AgentProcess {
 
     /// Every stderr line so far.
     pub fn log_lines(&self) -> Vec<String> {
-        lock(&self.log).clone()
+        self.process.log_lines()
     }
 
     /// Waits until the log as a whole satisfies `pred`.
@@ -125,26 +103,7 @@ impl AgentProcess {
         timeout: Duration,
         pred: impl Fn(&[String]) -> bool,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if pred(&lock(&self.log)) {
-                return Ok(());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                std::thread::sleep(Duration::from_millis(50));
-                bail!(
-                    "the agent exited ({status}) before {what}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "no {what} within {timeout:?}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.process.wait_for_log(what, timeout, pred).await
     }
 
     /// Waits for one line matching `pred` and returns it.
@@ -154,40 +113,17 @@ impl AgentProcess {
         timeout: Duration,
         pred: impl Fn(&str) -> bool,
     ) -> Result<String> {
-        self.wait_for_log(what, timeout, |lines| lines.iter().any(|l| pred(l)))
-            .await?;
-        self.log_lines()
-            .into_iter()
-            .find(|l| pred(l))
-            .ok_or_else(|| anyhow!("{what} vanished"))
+        self.process.wait_for_line(what, timeout, pred).await
     }
 
     /// Waits for the process to exit.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                // Let the reader thread drain the pipe.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the agent did not exit within {timeout:?}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.process.wait_exit(timeout).await
     }
 
     /// Sends `signal` to the agent.
     pub fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = i32::try_from(self.child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| anyhow!("bad pid"))?;
-        kill_process(pid, signal).context("signalling the agent")
+        self.process.signal(signal)
     }
 
     /// SIGTERM, then SIGTERM again once the drain started (skipping the
@@ -242,16 +178,6 @@ impl AgentProcess {
             }
         })
         .await
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            eprintln!("--- apiway agent log ---\n{}", self.log_lines().join("\n"));
-        }
     }
 }
 
@@ -426,11 +352,4 @@ pub async fn answered_by(netns: Option<&Netns>, addr: SocketAddr, pki: &Pki) -> 
     a.standin()
         .map(str::to_owned)
         .ok_or_else(|| anyhow!("no x-apiway-standin header in {}", a.headers))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }

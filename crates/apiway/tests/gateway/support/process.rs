@@ -27,8 +27,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// comes after every listener is bound, which is how [`start`](Self::start)
 /// knows the gateway is up and learns the addresses (configs use port 0).
 pub struct GatewayProcess {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
+    process: LoggedChild,
     config: PathBuf,
     admin: SocketAddr,
     listeners: Vec<(String, SocketAddr)>,
@@ -59,30 +58,9 @@ impl GatewayProcess {
             }
             None => Command::new(APIWAY),
         };
-        let mut child = command
-            .arg("gateway")
-            .arg("--config")
-            .arg(&config)
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("starting apiway gateway")?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        if let Some(stderr) = child.stderr.take() {
-            let sink = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    lock(&sink).push(line);
-                }
-            });
-        }
+        command.arg("gateway").arg("--config").arg(&config);
         let mut gateway = GatewayProcess {
-            child,
-            log,
+            process: LoggedChild::spawn(command, "gateway")?,
             config,
             admin: SocketAddr::from(([0, 0, 0, 0], 0)),
             listeners: Vec::new(),
@@ -138,35 +116,22 @@ impl GatewayProcess {
 
     /// Sends `signal` to the gateway.
     pub fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = i32::try_from(self.child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| anyhow!("bad pid"))?;
-        kill_process(pid, signal).context("signalling the gateway")
+        self.process.signal(signal)
     }
 
     /// Waits for the process to exit.
     pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!("the gateway did not exit within {timeout:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.process.wait_exit(timeout).await
     }
 
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
+        self.process.is_running()
     }
 
     /// Every stderr line so far.
     pub fn log_lines(&self) -> Vec<String> {
-        lock(&self.log).clone()
+        self.process.log_lines()
     }
 
     /// Waits for a stderr line matching `pred` and returns it.
@@ -176,27 +141,7 @@ impl GatewayProcess {
         timeout: Duration,
         pred: impl Fn(&str) -> bool,
     ) -> Result<String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(line) = lock(&self.log).iter().find(|l| pred(l)) {
-                return Ok(line.clone());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                // Let the reader thread drain the pipe.
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                bail!(
-                    "the gateway exited ({status}) before logging {what}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "no log line for {what} within {timeout:?}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.process.wait_for_line(what, timeout, pred).await
     }
 
     /// `GET path` on the admin endpoint: status code and body.
@@ -253,13 +198,145 @@ impl GatewayProcess {
     }
 }
 
-impl Drop for GatewayProcess {
+/// A child `apiway ROLE` process whose stderr is captured line by line;
+/// killed on drop, when its log is printed (test output is shown only for
+/// failing tests, and the log then helps).
+pub struct LoggedChild {
+    child: Child,
+    role: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl LoggedChild {
+    /// Spawns `command` with stdin and stdout closed, plain-text logs at
+    /// the default level, and stderr captured.
+    pub fn spawn(mut command: Command, role: &'static str) -> Result<LoggedChild> {
+        let mut child = command
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting apiway {role}"))?;
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let reader = child.stderr.take().map(|stderr| {
+            let sink = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    lock(&sink).push(line);
+                }
+            })
+        });
+        Ok(LoggedChild {
+            child,
+            role,
+            log,
+            reader,
+        })
+    }
+
+    /// Every stderr line so far.
+    pub fn log_lines(&self) -> Vec<String> {
+        lock(&self.log).clone()
+    }
+
+    /// Waits until the log as a whole satisfies `pred`.
+    pub async fn wait_for_log(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&[String]) -> bool,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if pred(&lock(&self.log)) {
+                return Ok(());
+            }
+            if let Some(status) = self.child.try_wait()? {
+                self.drain_log();
+                bail!(
+                    "the {} exited ({status}) before {what}; log:\n{}",
+                    self.role,
+                    self.log_lines().join("\n")
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "no {what} within {timeout:?}; log:\n{}",
+                    self.log_lines().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits for one line matching `pred` and returns it.
+    pub async fn wait_for_line(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Result<String> {
+        self.wait_for_log(what, timeout, |lines| lines.iter().any(|l| pred(l)))
+            .await?;
+        self.log_lines()
+            .into_iter()
+            .find(|l| pred(l))
+            .ok_or_else(|| anyhow!("{what} vanished"))
+    }
+
+    /// Waits for the process to exit; its log is complete then.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                self.drain_log();
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the {} did not exit within {timeout:?}; log:\n{}",
+                    self.role,
+                    self.log_lines().join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        let pid = i32::try_from(self.child.id())
+            .ok()
+            .and_then(Pid::from_raw)
+            .ok_or_else(|| anyhow!("bad pid"))?;
+        kill_process(pid, signal).with_context(|| format!("signalling the {}", self.role))
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Once the process exited: waits for the reader to take the last
+    /// lines from the pipe (it ends at the pipe's end of file).
+    fn drain_log(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+impl Drop for LoggedChild {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // Test output is shown only for failing tests: the log then helps.
         eprintln!(
-            "--- apiway gateway log ---\n{}",
+            "--- apiway {} log ---\n{}",
+            self.role,
             self.log_lines().join("\n")
         );
     }
