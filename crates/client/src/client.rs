@@ -2,6 +2,8 @@
 //! HTTP/2 connection per endpoint, moves a request on when that is safe,
 //! and learns alternatives from the answers.
 
+mod probe;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
@@ -22,6 +24,7 @@ use crate::connect::{Body, Dialer, Target};
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
 use crate::metrics::{BlockLabels, EndpointLabels, FailureLabels};
+pub use probe::{ProbeReport, Stage};
 
 /// How many times [`Client::fetch`] sends a GET or HEAD again after its
 /// response body broke off.

@@ -92,7 +92,7 @@ mod metrics;
 
 pub use apiway_core::choice::{Block, Failure};
 pub use apiway_core::endpoint::Address;
-pub use client::{Client, EndpointStatus, BODY_RETRIES};
+pub use client::{Client, EndpointStatus, ProbeReport, Stage, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
 #[cfg(feature = "kube")]

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use apiway_client::advertise::{alt_svc_value, AdvertisedEndpoint};
-use apiway_client::{Address, Block, Client, ClientConfig, Error};
+use apiway_client::{Address, Block, Client, ClientConfig, Error, Stage};
 use apiway_test_support::pki::{self, ALPN_H2};
 use apiway_test_support::{Ca, Issued, StandinConfig, StandinServer};
 use bytes::Bytes;
@@ -625,6 +625,75 @@ async fn concurrent_gets_all_succeed_across_a_kill() -> Result<()> {
         }
         ensure!(total == 320, "every GET succeeded");
         ensure!(origin.requests_served() == 0);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_reports_each_stage_and_blocks_what_failed() -> Result<()> {
+    bounded(async {
+        let pki = pki()?;
+        let other_ca = Ca::new("some other CA")?;
+        let wrong = other_ca.issue_server(&["kubernetes.default"], &[])?;
+        let bad = standin("bad", "127.0.0.2", &wrong, None).await?;
+        let unready = standin("unready", "127.0.0.3", &pki.good, None).await?;
+        unready.set_ready(false);
+        let good = standin("good", "127.0.0.4", &pki.good, None).await?;
+        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        // A port nothing listens on: bind one, then close it.
+        let closed = std::net::TcpListener::bind("127.0.0.5:0")?.local_addr()?;
+        let client = client_for(
+            &origin,
+            &pki,
+            &format!(
+                "{}, {}, {}, {closed}",
+                bad.addr(),
+                unready.addr(),
+                good.addr()
+            ),
+        )?;
+
+        let reports = client.probe().await;
+        let by_address = |addr: SocketAddr| {
+            reports
+                .iter()
+                .find(|r| r.address == addr.to_string())
+                .with_context(|| format!("{addr} not probed: {reports:?}"))
+        };
+        ensure!(reports.len() == 5, "{reports:#?}");
+        ensure!(reports[0].origin && reports[0].address == origin.addr().to_string());
+        let lb = by_address(origin.addr())?;
+        ensure!(lb.healthy() && !lb.chosen && lb.blocked.is_none(), "{lb:?}");
+        let g = by_address(good.addr())?;
+        ensure!(g.healthy() && g.chosen && g.local, "{g:?}");
+        let b = by_address(bad.addr())?;
+        ensure!(
+            b.connect == Stage::Passed
+                && matches!(&b.tls, Stage::Failed(r) if r.contains("certificate"))
+                && b.readyz == Stage::NotReached
+                && b.blocked == Some(Block::Forever),
+            "{b:?}"
+        );
+        let u = by_address(unready.addr())?;
+        ensure!(
+            u.tls == Stage::Passed
+                && matches!(&u.readyz, Stage::Failed(r) if r.contains("503"))
+                && matches!(u.blocked, Some(Block::Until(_))),
+            "{u:?}"
+        );
+        let c = by_address(closed)?;
+        ensure!(
+            matches!(c.connect, Stage::Failed(_))
+                && c.tls == Stage::NotReached
+                && matches!(c.blocked, Some(Block::Until(_))),
+            "{c:?}"
+        );
+        // The probe's connection to `good` carries the next request, and
+        // nothing but the /readyz checks reached the others.
+        ensure!(get_report(&client, "/after-probe").await?["server"] == "good");
+        ensure!(good.requests_served() == 2, "{}", good.requests_served());
+        ensure!(bad.requests_served() == 0 && unready.requests_served() == 1);
         Ok(())
     })
     .await
