@@ -414,6 +414,11 @@ impl Client {
                 },
             })
             .inc();
+        let until = match block {
+            Block::Forever => f64::INFINITY,
+            Block::Until(at) => unix_seconds(at),
+        };
+        metrics.blocked_until.get_or_create(&labels).set(until);
         if was_in_use {
             metrics.in_use.get_or_create(&labels).set(0);
         }
@@ -448,7 +453,14 @@ impl Client {
                 .get_or_create(&self.endpoint_labels(key))
                 .set(1);
         }
+        let was_blocked = state.choice.is_blocked(key, now);
         state.choice.record_success(key);
+        if was_blocked && !state.choice.is_blocked(key, now) {
+            metrics
+                .blocked_until
+                .get_or_create(&self.endpoint_labels(key))
+                .set(0.0);
+        }
         if !self.inner.config.learn_alt_svc
             || !response.headers().contains_key(http::header::ALT_SVC)
         {
@@ -481,6 +493,15 @@ impl Client {
             connections.retain(|key, _| keep(key));
         }
     }
+}
+
+/// `at` as Unix seconds, for a timestamp gauge.
+fn unix_seconds(at: Instant) -> f64 {
+    let from_now = at.saturating_duration_since(Instant::now());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (now + from_now).as_secs_f64()
 }
 
 fn is_local(address: &Address) -> bool {

@@ -41,8 +41,11 @@ pub struct ClientConfig {
     /// Time for the TLS handshake plus, on an alternative, the `/readyz`
     /// check (default 5 s).
     pub check_timeout: Duration,
-    /// HTTP/2 PING interval on idle and busy connections; a PING not
-    /// answered within the same time closes the connection (default 10 s).
+    /// HTTP/2 PING interval: a PING goes out when nothing was received
+    /// for this long, on idle and busy connections, and one not answered
+    /// within the same time closes the connection, failing its requests
+    /// over (default 1 s, so a hung server is left within 2 s; a PING is a
+    /// 17-byte frame the server answers without any work).
     pub keepalive: Duration,
     /// Where the client counts failures, failovers, blocks and the endpoint
     /// in use (default: fresh families; share one between clients and
@@ -67,7 +70,7 @@ impl ClientConfig {
             max_age: Duration::from_secs(70),
             connect_timeout: Duration::from_secs(2),
             check_timeout: Duration::from_secs(5),
-            keepalive: Duration::from_secs(10),
+            keepalive: Duration::from_secs(1),
             metrics: crate::ClientMetrics::default(),
             headers: http::HeaderMap::new(),
         })

@@ -5,6 +5,8 @@
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -55,6 +57,11 @@ pub struct ClientMetrics {
     pub blocks: Family<BlockLabels, Counter>,
     /// 1 for the endpoint in use, 0 for the others that were.
     pub in_use: Family<EndpointLabels, Gauge>,
+    /// Until when the endpoint is blocked, in Unix seconds: `+Inf` for
+    /// good, 0 once a success lifted the block. Blocked right now is
+    /// `client_endpoint_blocked_until_seconds > time()`; a timestamp
+    /// needs no update when the block runs out.
+    pub blocked_until: Family<EndpointLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl ClientMetrics {
@@ -80,6 +87,11 @@ impl ClientMetrics {
             "client_endpoint_in_use",
             "1 for the endpoint in use",
             self.in_use.clone(),
+        );
+        registry.register(
+            "client_endpoint_blocked_until_seconds",
+            "Unix time until which the endpoint is blocked (+Inf: for good, 0: lifted)",
+            self.blocked_until.clone(),
         );
     }
 }

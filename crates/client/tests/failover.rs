@@ -313,6 +313,15 @@ async fn wrong_certificate_blocks_for_good_and_unready_is_skipped() -> Result<()
                 "{text}"
             );
         }
+        let until = |addr| sample(&text, "client_endpoint_blocked_until_seconds", &ep(addr));
+        ensure!(until(bad.addr()) == Some(f64::INFINITY), "{text}");
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_secs_f64();
+        ensure!(
+            until(unready.addr()).is_some_and(|t| t > unix_now && t < unix_now + 1.0),
+            "blocked for the 300 ms block period: {text}"
+        );
         ensure!(
             unready.requests_served() == 1,
             "only the /readyz check reached `unready`"
