@@ -371,7 +371,7 @@ impl Lineup {
 
 /// utime + stime from `/proc/PID/stat`, in USER_HZ ticks (100 per second
 /// on Linux, whatever the kernel's own tick rate).
-fn process_cpu_time(pid: u32) -> Duration {
+pub(crate) fn process_cpu_time(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the `(comm)` start with the state (field 3); utime and
     // stime are fields 14 and 15.

@@ -38,7 +38,8 @@ struct Cli {
     #[arg(long)]
     quick: bool,
     /// Run only these scenarios (comma-separated): throughput, conn_rate,
-    /// conn_rate_tls, idle_memory, reload, agent_failover.
+    /// conn_rate_tls, idle_memory, reload, agent_failover, client_failover,
+    /// client_overhead.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The apiway binary [default: `apiway` next to this program, i.e.
@@ -160,6 +161,8 @@ async fn run(cli: Cli) -> Result<bool> {
             "idle_memory" => scenarios::idle_memory::run(&settings).await,
             "reload" => scenarios::reload::run(&settings).await,
             "agent_failover" => scenarios::agent_failover::run(&settings).await,
+            "client_failover" => scenarios::client_failover::run(&settings).await,
+            "client_overhead" => scenarios::client_overhead::run(&settings).await,
             other => bail!("unknown scenario {other}"),
         };
         if let Err(e) = &result {

@@ -20,6 +20,8 @@ pub enum Better {
 pub enum Target {
     /// apiway / other ≥ ratio.
     RatioAtLeast(Contender, f64),
+    /// apiway / other ≤ ratio (for lower-is-better figures).
+    RatioAtMost(Contender, f64),
     /// apiway's value ≤ limit.
     AtMost(f64),
 }
@@ -28,6 +30,7 @@ impl Target {
     fn describe(&self, unit: &str) -> String {
         match self {
             Target::RatioAtLeast(other, ratio) => format!("≥ {ratio}× {}", other.label()),
+            Target::RatioAtMost(other, ratio) => format!("≤ {ratio}× {}", other.label()),
             Target::AtMost(limit) if *limit == 0.0 => "0".to_string(),
             Target::AtMost(limit) => format!("≤ {} {unit}", trim_number(*limit)),
         }
@@ -40,6 +43,10 @@ impl Target {
             Target::RatioAtLeast(other, ratio) => {
                 let other = *values.get(other)?;
                 (other > 0.0).then(|| apiway / other >= *ratio)
+            }
+            Target::RatioAtMost(other, ratio) => {
+                let other = *values.get(other)?;
+                (other > 0.0).then(|| apiway / other <= *ratio)
             }
             Target::AtMost(limit) => Some(apiway <= *limit),
         }

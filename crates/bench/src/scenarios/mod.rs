@@ -6,19 +6,24 @@ use std::time::Duration;
 use crate::lineup::{Contender, LineupOptions};
 
 pub mod agent_failover;
+pub mod client_failover;
+pub mod client_overhead;
+pub mod failover;
 pub mod conn_rate;
 pub mod idle_memory;
 pub mod reload;
 pub mod throughput;
 
 /// Every scenario, in run order.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 8] = [
     "throughput",
     "conn_rate",
     "conn_rate_tls",
     "idle_memory",
     "reload",
     "agent_failover",
+    "client_failover",
+    "client_overhead",
 ];
 
 /// The SNI of the main route.
