@@ -84,6 +84,7 @@ pub mod advertise;
 mod client;
 mod config;
 mod connect;
+pub mod discovery;
 mod error;
 #[cfg(feature = "kube")]
 pub mod kube_service;
@@ -97,7 +98,9 @@ pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
 #[cfg(feature = "kube")]
 pub use kube_service::KubeService;
-pub use metrics::{BlockLabels, ClientMetrics, EndpointLabels, FailureLabels};
+pub use metrics::{
+    BlockLabels, ClientMetrics, DiscoveryFailureLabels, EndpointLabels, FailureLabels, OriginLabels,
+};
 
 /// The `Alt-Used` request header (RFC 7838 section 5).
 pub const ALT_USED: http::HeaderName = http::HeaderName::from_static("alt-used");
