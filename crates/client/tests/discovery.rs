@@ -193,11 +193,8 @@ async fn discovers_the_endpoints_and_uses_one() -> Result<()> {
             sample(&text, "client_discovered_endpoints", &origin) == Some(3.0),
             "{text}"
         );
-        ensure!(
-            cluster.api.stats().watches >= 1,
-            "it watches after listing: {:?}",
-            cluster.api.stats()
-        );
+        let api = cluster.api.clone();
+        wait_until("it watches after listing", || api.stats().watches >= 1).await?;
 
         // A slice that appears is picked up by the watch.
         let extra = StandinServer::start(StandinConfig::new(
