@@ -8,20 +8,19 @@
 //! address is on `lo`, so all count as local and the slices' name order
 //! decides.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use apiway_client::{Client, ClientConfig};
+use apiway_test_support::fixture_api::endpoint_slice;
 use apiway_test_support::pki::{self, Ca};
 use apiway_test_support::{FixtureApi, FixtureServer, StandinConfig, StandinServer};
-use bytes::Bytes;
-use serde_json::{json, Value};
+use serde_json::json;
+use support::{bounded, get_report, gets_across, metrics_text, sample};
 
-/// Every test finishes within this or fails.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+mod support;
 
 /// What a test runs against.
 struct Cluster {
@@ -32,21 +31,6 @@ struct Cluster {
     /// `kubernetes-N`.
     servers: Vec<StandinServer>,
     tls: Arc<rustls::ClientConfig>,
-}
-
-fn slice(name: &str, addr: SocketAddr, ready: bool) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": "kubernetes"},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [addr.ip().to_string()], "conditions": {"ready": ready}}],
-        "ports": [{"name": "https", "port": addr.port(), "protocol": "TCP"}],
-    })
 }
 
 impl Cluster {
@@ -66,11 +50,15 @@ impl Cluster {
         for n in 2..=4 {
             let server =
                 StandinServer::start(start(&format!("api-{n}"), &format!("127.0.0.{n}"))?).await?;
-            api.apply(slice(&format!("kubernetes-{n}"), server.addr(), true))?;
+            api.apply(endpoint_slice(
+                &format!("kubernetes-{n}"),
+                server.addr(),
+                true,
+            ))?;
             servers.push(server);
         }
         // A slice of another Service is not the API server's.
-        let mut other = slice("other", "127.0.0.9:443".parse()?, true);
+        let mut other = endpoint_slice("other", "127.0.0.9:443".parse()?, true);
         other["metadata"]["labels"]["kubernetes.io/service-name"] = json!("other");
         api.apply(other)?;
         Ok(Cluster {
@@ -87,6 +75,15 @@ impl Cluster {
             &format!("https://{}", self.origin.addr()),
             self.tls.clone(),
         )?)
+    }
+
+    /// A client with discovery on, once it lists all three stand-ins;
+    /// and their addresses.
+    async fn discovering_client(&self) -> Result<(Client, Vec<String>)> {
+        let client = Client::new(self.config()?.with_endpoint_slice_discovery())?;
+        let all = vec![self.addr(2), self.addr(3), self.addr(4)];
+        wait_for_alternatives(&client, &all).await?;
+        Ok((client, all))
     }
 
     fn addr(&self, n: usize) -> String {
@@ -133,49 +130,11 @@ async fn wait_until(what: &str, check: impl Fn() -> bool) -> Result<()> {
     Ok(())
 }
 
-/// GETs a non-API path and returns the stand-in's JSON report.
-async fn get_report(client: &Client, path: &str) -> Result<Value> {
-    let request = http::Request::get(path).body(Bytes::new())?;
-    let response = client
-        .fetch(request)
-        .await
-        .with_context(|| format!("GET {path}"))?;
-    ensure!(
-        response.status() == 200,
-        "GET {path}: {}",
-        response.status()
-    );
-    Ok(serde_json::from_slice(response.body())?)
-}
-
-fn metrics_text(client: &Client) -> Result<String> {
-    let mut registry = prometheus_client::registry::Registry::default();
-    client.metrics().register(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
-}
-
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse().ok())
-}
-
-async fn bounded<F: std::future::Future<Output = Result<()>>>(test: F) -> Result<()> {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .context("test took longer than its bound")?
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovers_the_endpoints_and_uses_one() -> Result<()> {
     bounded(async {
         let cluster = Cluster::start().await?;
-        let client = Client::new(cluster.config()?.with_endpoint_slice_discovery())?;
-        let all = vec![cluster.addr(2), cluster.addr(3), cluster.addr(4)];
-        wait_for_alternatives(&client, &all).await?;
+        let (client, all) = cluster.discovering_client().await?;
         ensure!(
             client.endpoints().iter().all(|e| e.local),
             "loopback is local: {:?}",
@@ -206,7 +165,7 @@ async fn discovers_the_endpoints_and_uses_one() -> Result<()> {
         .await?;
         cluster
             .api
-            .apply(slice("kubernetes-5", extra.addr(), true))?;
+            .apply(endpoint_slice("kubernetes-5", extra.addr(), true))?;
         let mut five = all.clone();
         five.push(extra.addr().to_string());
         wait_for_alternatives(&client, &five).await?;
@@ -219,14 +178,14 @@ async fn discovers_the_endpoints_and_uses_one() -> Result<()> {
 async fn an_endpoint_marked_not_ready_is_dropped_by_the_watch() -> Result<()> {
     bounded(async {
         let cluster = Cluster::start().await?;
-        let client = Client::new(cluster.config()?.with_endpoint_slice_discovery())?;
-        let all = vec![cluster.addr(2), cluster.addr(3), cluster.addr(4)];
-        wait_for_alternatives(&client, &all).await?;
+        let (client, _) = cluster.discovering_client().await?;
         let lists = cluster.api.stats().lists;
 
-        cluster
-            .api
-            .apply(slice("kubernetes-3", cluster.servers[1].addr(), false))?;
+        cluster.api.apply(endpoint_slice(
+            "kubernetes-3",
+            cluster.servers[1].addr(),
+            false,
+        ))?;
         wait_for_alternatives(&client, &[cluster.addr(2), cluster.addr(4)]).await?;
         cluster
             .api
@@ -234,9 +193,11 @@ async fn an_endpoint_marked_not_ready_is_dropped_by_the_watch() -> Result<()> {
         wait_for_alternatives(&client, &[cluster.addr(4)]).await?;
         let report = get_report(&client, "/after").await?;
         ensure!(report["server"] == "api-4", "{report}");
-        cluster
-            .api
-            .apply(slice("kubernetes-3", cluster.servers[1].addr(), true))?;
+        cluster.api.apply(endpoint_slice(
+            "kubernetes-3",
+            cluster.servers[1].addr(),
+            true,
+        ))?;
         wait_for_alternatives(&client, &[cluster.addr(3), cluster.addr(4)]).await?;
         ensure!(
             cluster.api.stats().lists == lists,
@@ -252,9 +213,7 @@ async fn an_endpoint_marked_not_ready_is_dropped_by_the_watch() -> Result<()> {
 async fn a_410_makes_it_list_again() -> Result<()> {
     bounded(async {
         let cluster = Cluster::start().await?;
-        let client = Client::new(cluster.config()?.with_endpoint_slice_discovery())?;
-        let all = vec![cluster.addr(2), cluster.addr(3), cluster.addr(4)];
-        wait_for_alternatives(&client, &all).await?;
+        let (client, all) = cluster.discovering_client().await?;
         let api = cluster.api.clone();
         let before = api.stats();
         wait_until("a watch is open", || api.stats().watches > 0).await?;
@@ -266,7 +225,11 @@ async fn a_410_makes_it_list_again() -> Result<()> {
         wait_until("a second list", || api.stats().lists > before.lists).await?;
         wait_for_alternatives(&client, &[cluster.addr(2), cluster.addr(3)]).await?;
         // And it watches again from there.
-        api.apply(slice("kubernetes-4", cluster.servers[2].addr(), true))?;
+        api.apply(endpoint_slice(
+            "kubernetes-4",
+            cluster.servers[2].addr(),
+            true,
+        ))?;
         wait_for_alternatives(&client, &all).await?;
         let text = metrics_text(&client)?;
         ensure!(
@@ -282,34 +245,14 @@ async fn a_410_makes_it_list_again() -> Result<()> {
 async fn losing_the_endpoint_in_use_loses_no_get_and_discovery_goes_on() -> Result<()> {
     bounded(async {
         let mut cluster = Cluster::start().await?;
-        let client = Client::new(cluster.config()?.with_endpoint_slice_discovery())?;
-        let all = vec![cluster.addr(2), cluster.addr(3), cluster.addr(4)];
-        wait_for_alternatives(&client, &all).await?;
+        let (client, _) = cluster.discovering_client().await?;
         let first = get_report(&client, "/first").await?;
         ensure!(first["server"] == "api-2", "{first}");
 
-        let done = Arc::new(AtomicUsize::new(0));
-        let stream = tokio::spawn({
-            let client = client.clone();
-            let done = done.clone();
-            async move {
-                let mut servers = Vec::new();
-                for i in 0..200 {
-                    let report = get_report(&client, &format!("/stream/{i}")).await?;
-                    servers.push(report["server"].as_str().unwrap_or("?").to_owned());
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-                anyhow::Ok(servers)
-            }
-        });
-        while done.load(Ordering::SeqCst) < 50 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
         let (addr_3, addr_4) = (cluster.addr(3), cluster.addr(4));
         let api_2 = cluster.servers.remove(0);
         let api_2_addr = api_2.addr();
-        api_2.shutdown().await;
-        let servers = stream.await??;
+        let servers = gets_across(&client, 200, 50, api_2.shutdown()).await?;
         ensure!(servers.len() == 200, "every GET succeeded");
         let switch = servers
             .iter()
@@ -325,7 +268,7 @@ async fn losing_the_endpoint_in_use_loses_no_get_and_discovery_goes_on() -> Resu
         // controller's update (api-2 not ready) reaches the client.
         cluster
             .api
-            .apply(slice("kubernetes-2", api_2_addr, false))?;
+            .apply(endpoint_slice("kubernetes-2", api_2_addr, false))?;
         wait_for_alternatives(&client, &[addr_3, addr_4]).await?;
 
         // Dropping the last client ends the task: its watch closes.

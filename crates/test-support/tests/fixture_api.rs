@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use apiway_test_support::fixture_api::endpoint_slice;
 use apiway_test_support::peers::require_binary;
 use apiway_test_support::pki::Ca;
 use apiway_test_support::{FixtureApi, StandinConfig, StandinServer};
@@ -27,21 +28,6 @@ fn pod(name: &str, app: &str) -> Value {
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "ns", "labels": {"app": app}},
         "spec": {"containers": [{"name": "c", "image": "example/app"}]},
-    })
-}
-
-fn endpoint_slice(name: &str, ip: &str, port: u16) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": "kubernetes"},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
     })
 }
 
@@ -136,6 +122,24 @@ async fn curl_lists_gets_and_sees_status_errors_through_a_standin() -> Result<()
     Ok(())
 }
 
+/// Runs curl on a watch `url` until the server ends it; each line is an
+/// event.
+async fn curl_events(url: &str, ca_file: Option<&Path>) -> Result<Vec<Value>> {
+    let mut curl = Command::new(require_binary("curl")?);
+    curl.args(["-sS", "--max-time", "10"]);
+    if let Some(ca_file) = ca_file {
+        curl.arg("--cacert").arg(ca_file);
+    }
+    let out = curl.arg(url).output().await?;
+    ensure!(out.status.success(), "curl {url}: {out:?}");
+    let text = String::from_utf8(out.stdout)?;
+    let events = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>();
+    events.with_context(|| format!("watch events: {text}"))
+}
+
 /// Reads lines from a running `curl -N` until `want` lines arrived.
 async fn read_events(
     lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -205,41 +209,20 @@ async fn curl_watch_streams_each_event_as_it_happens_and_410_after_compaction() 
     // without resourceVersion starts with the current objects.
     let (_, list) = curl_json(&setup, "/api/v1/namespaces/ns/pods").await?;
     ensure!(list["items"].as_array().map(Vec::len) == Some(1), "{list}");
-    let out = Command::new(&curl)
-        .args(["-sS", "--max-time", "10", "--cacert"])
-        .arg(&setup.ca_file)
-        .arg(format!(
-            "https://{}/api/v1/namespaces/ns/pods?watch=true&resourceVersion={start}",
-            setup.standin.addr()
-        ))
-        .output()
-        .await?;
-    let text = String::from_utf8(out.stdout)?;
-    let event: Value = serde_json::from_str(text.trim())?;
+    let base = format!("https://{}/api/v1/namespaces/ns/pods", setup.standin.addr());
+    let ca = Some(setup.ca_file.as_path());
+    let events = curl_events(&format!("{base}?watch=true&resourceVersion={start}"), ca).await?;
+    ensure!(events.len() == 1, "{events:?}");
     ensure!(
-        event["type"] == "ERROR" && event["object"]["code"] == 410,
-        "{text}"
+        events[0]["type"] == "ERROR" && events[0]["object"]["code"] == 410,
+        "{events:?}"
     );
 
-    let out = Command::new(&curl)
-        .args(["-sS", "--max-time", "10", "--cacert"])
-        .arg(&setup.ca_file)
-        .arg(format!(
-            "https://{}/api/v1/namespaces/ns/pods?watch=1&timeoutSeconds=1",
-            setup.standin.addr()
-        ))
-        .output()
-        .await?;
-    ensure!(out.status.success(), "{out:?}");
-    let text = String::from_utf8(out.stdout)?;
-    let events: Vec<Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
-    ensure!(events.len() == 1, "{text}");
+    let events = curl_events(&format!("{base}?watch=1&timeoutSeconds=1"), ca).await?;
+    ensure!(events.len() == 1, "{events:?}");
     ensure!(
         events[0]["type"] == "ADDED" && events[0]["object"]["metadata"]["name"] == "a",
-        "{text}"
+        "{events:?}"
     );
     Ok(())
 }
@@ -250,26 +233,17 @@ async fn watch_bookmarks_carry_the_latest_revision() -> Result<()> {
     let fixture = api.serve(any_port()).await?;
     api.apply(pod("a", "web"))?;
     api.apply(pod("other", "db"))?;
-    let curl = require_binary("curl")?;
-    let out = Command::new(curl)
-        .args(["-sS", "--max-time", "10"])
-        .arg(format!(
-            "{}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=app%3Dweb",
-            fixture.url()
-        ))
-        .output()
-        .await?;
-    let text = String::from_utf8(out.stdout)?;
-    let events: Vec<Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()?;
+    let url = format!(
+        "{}/api/v1/namespaces/ns/pods?watch=1&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=app%3Dweb",
+        fixture.url()
+    );
+    let events = curl_events(&url, None).await?;
     // Change 2 does not match the selector: no event, yet bookmarks say 2.
-    ensure!(!events.is_empty(), "{text}");
-    ensure!(events.iter().all(|e| e["type"] == "BOOKMARK"), "{text}");
+    ensure!(!events.is_empty(), "{events:?}");
+    ensure!(events.iter().all(|e| e["type"] == "BOOKMARK"), "{events:?}");
     ensure!(
         events[0]["object"]["metadata"]["resourceVersion"] == "2",
-        "{text}"
+        "{events:?}"
     );
     Ok(())
 }
@@ -309,9 +283,11 @@ async fn kubectl_gets_pods_and_endpointslices_through_a_standin() -> Result<()> 
     let setup = setup(dir.path()).await?;
     setup.api.apply(pod("a", "web"))?;
     setup.api.apply(pod("b", "db"))?;
-    setup
-        .api
-        .apply(endpoint_slice("kubernetes", "127.0.0.2", 6443))?;
+    setup.api.apply(endpoint_slice(
+        "kubernetes",
+        "127.0.0.2:6443".parse()?,
+        true,
+    ))?;
     let config = kubeconfig(dir.path(), setup.standin.addr(), &setup.ca_file)?;
 
     let json_text = kubectl(

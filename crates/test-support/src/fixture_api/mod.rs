@@ -114,6 +114,25 @@ pub const RESOURCES: &[Resource] = &[
     },
 ];
 
+/// An EndpointSlice of the `default/kubernetes` Service (labelled
+/// `kubernetes.io/service-name: kubernetes`) with one endpoint at `addr`,
+/// port named `https`, as the API server's endpoint reconciler writes it.
+pub fn endpoint_slice(name: &str, addr: std::net::SocketAddr, ready: bool) -> Value {
+    let family = if addr.is_ipv4() { "IPv4" } else { "IPv6" };
+    json!({
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": family,
+        "endpoints": [{"addresses": [addr.ip().to_string()], "conditions": {"ready": ready}}],
+        "ports": [{"name": "https", "port": addr.port(), "protocol": "TCP"}],
+    })
+}
+
 /// The resource with this plural in `group`/`version`.
 pub fn resource(group: &str, version: &str, plural: &str) -> Option<&'static Resource> {
     RESOURCES
