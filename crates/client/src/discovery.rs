@@ -21,7 +21,8 @@
 //! Failures:
 //!
 //! - a watch that ends (its timeout) is started again at once from the
-//!   last `resourceVersion`;
+//!   last `resourceVersion` (one that ends without a single event or
+//!   bookmark counts as a failure);
 //! - `410 Gone` (the `resourceVersion` is too old, as an `ERROR` event or
 //!   as the response status) makes it list again at once;
 //! - any other failure (a list or watch that gets no answer, a status
@@ -303,7 +304,6 @@ async fn run(weak: Weak<Inner>, mut stop: watch::Receiver<()>) {
                 last_success = Instant::now();
                 backoff = BACKOFF_START;
             }
-            Outcome::Ended => backoff = BACKOFF_START,
             Outcome::Expired => {
                 tracing::debug!("EndpointSlice watch expired (410): listing again");
             }
@@ -338,8 +338,6 @@ enum Outcome {
     Stopped,
     /// A list, or a watch that saw events or bookmarks, and ended cleanly.
     Progress,
-    /// A watch that ended cleanly without news.
-    Ended,
     /// `410 Gone`: list again.
     Expired,
     /// `list` or `watch` failed, for this reason.
@@ -387,13 +385,11 @@ async fn watch_once(
             _ = stop.changed() => return Outcome::Stopped,
         };
         let data = match frame {
-            None => {
-                return if news {
-                    Outcome::Progress
-                } else {
-                    Outcome::Ended
-                }
-            }
+            // A watch with bookmarks always has news before its timeout;
+            // one that ends without any is not working (and must not be
+            // restarted in a tight loop).
+            None if news => return Outcome::Progress,
+            None => return Outcome::Failed("watch", "the watch ended without an event".into()),
             Some(Err(e)) => {
                 let reason = format!("the watch broke off: {e}");
                 if let Some(client) = Client::upgrade(weak) {

@@ -274,6 +274,13 @@ async fn kubectl(dir: &Path, config: &Path, args: &[&str]) -> Result<String> {
         "kubectl {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // No discovery or OpenAPI warnings: kubectl asks only for /api, /apis
+    // and the group versions (checked with -v=6), never /openapi.
+    ensure!(
+        out.stderr.is_empty(),
+        "kubectl {args:?} warned: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok(String::from_utf8(out.stdout)?)
 }
 

@@ -248,23 +248,27 @@ impl FixtureApi {
     ) {
         let deadline = Instant::now() + timeout;
         let mut changed = self.shared.changed.subscribe();
-        let (mut position, epoch) = {
+        // The current objects and their revision are read under one lock,
+        // so no change is both listed and sent as an event.
+        let (initial, mut position, epoch) = {
             let store = self.store();
-            (since.unwrap_or(store.revision), store.epoch)
-        };
-        if since.is_none() {
-            let (items, revision) = self.list(
-                filter.resource,
-                filter.namespace.as_deref(),
-                &filter.labels,
-                &filter.fields,
-            );
-            for object in items {
-                if !send(&tx, "ADDED", &object).await {
-                    return;
+            match since {
+                Some(since) => (Vec::new(), since, store.epoch),
+                None => {
+                    let (items, revision) = store.list(
+                        filter.resource,
+                        filter.namespace.as_deref(),
+                        &filter.labels,
+                        &filter.fields,
+                    );
+                    (items, revision, store.epoch)
                 }
             }
-            position = position.min(revision);
+        };
+        for object in initial {
+            if !send(&tx, "ADDED", &object).await {
+                return;
+            }
         }
         let interval = self.shared.bookmark_interval;
         let mut next_bookmark = Instant::now() + interval;

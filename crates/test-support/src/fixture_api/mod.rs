@@ -390,19 +390,7 @@ impl FixtureApi {
         labels: &Selector,
         fields: &Selector,
     ) -> (Vec<Value>, u64) {
-        let store = self.store();
-        let items = store
-            .objects
-            .iter()
-            .filter(|((plural, ns, _), object)| {
-                *plural == resource.plural
-                    && namespace.is_none_or(|want| want == ns)
-                    && labels.matches_labels(object)
-                    && fields.matches_fields(object)
-            })
-            .map(|(_, object)| object.clone())
-            .collect();
-        (items, store.revision)
+        self.store().list(resource, namespace, labels, fields)
     }
 
     /// Forgets the change history (like an etcd compaction): a watch from
@@ -552,6 +540,28 @@ enum Write {
 }
 
 impl Store {
+    /// See [`FixtureApi::list`].
+    fn list(
+        &self,
+        resource: &Resource,
+        namespace: Option<&str>,
+        labels: &Selector,
+        fields: &Selector,
+    ) -> (Vec<Value>, u64) {
+        let items = self
+            .objects
+            .iter()
+            .filter(|((plural, ns, _), object)| {
+                *plural == resource.plural
+                    && namespace.is_none_or(|want| want == ns)
+                    && labels.matches_labels(object)
+                    && fields.matches_fields(object)
+            })
+            .map(|(_, object)| object.clone())
+            .collect();
+        (items, self.revision)
+    }
+
     fn record(&mut self, change: Change) {
         self.history.push_back(change);
         while self.history.len() > self.history_limit {
