@@ -73,6 +73,11 @@ enum Role {
         /// Require client certificates signed by this CA (PEM).
         #[arg(long)]
         client_ca: Option<PathBuf>,
+        /// Forward /api and /apis requests to this Kubernetes API
+        /// (http://host:port, e.g. a test's fixture API), streaming the
+        /// answers; without it those paths get the stand-in's JSON report.
+        #[arg(long)]
+        api_upstream: Option<String>,
     },
 }
 
@@ -251,14 +256,16 @@ fn main() -> std::process::ExitCode {
                 cert,
                 key,
                 client_ca,
+                api_upstream,
             } => {
-                let config = apiway_test_support::StandinConfig::from_files(
+                let mut config = apiway_test_support::StandinConfig::from_files(
                     name,
                     listen,
                     &cert,
                     &key,
                     client_ca.as_deref(),
                 )?;
+                config.api_upstream = api_upstream;
                 apiway_test_support::serve_forever(config).await
             }
         }
