@@ -20,7 +20,7 @@ use super::Shared;
 /// Error type of response bodies: only `/echo` can fail (the client's
 /// request body breaking off).
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Body = BoxBody<Bytes, BoxError>;
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// Largest `/stream?bytes=N` accepted (1 TiB): enough for any benchmark.
 const MAX_STREAM_BYTES: u64 = 1 << 40;
