@@ -3,22 +3,18 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_test_support::peers::{free_port, require_binary, wait_for_port};
+use apiway_test_support::peers::{free_port, output_within, require_binary, StandinProcess};
 use apiway_test_support::pki::Ca;
 use tokio::process::Command;
 
 const APIWAY: &str = env!("CARGO_BIN_EXE_apiway");
 
 async fn output(command: &mut Command) -> Result<Output> {
-    command.kill_on_drop(true).stdin(Stdio::null());
-    tokio::time::timeout(Duration::from_secs(15), command.output())
-        .await
-        .context("command timed out")?
-        .context("running command")
+    output_within(command, Duration::from_secs(15)).await
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -116,30 +112,32 @@ async fn each_source_address_is_told_the_endpoints_it_reaches() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let ca = Ca::new("standin advertise CA")?;
     let cert = ca.issue_server(&["kubernetes.default"], &[])?;
-    let (cert_path, key_path) = cert.write(dir.path(), "server")?;
     let ca_path = dir.path().join("ca.pem");
     std::fs::write(&ca_path, ca.cert_pem())?;
     let port = free_port()?;
     let listen = SocketAddr::from(([127, 0, 0, 1], port));
-    let _standin = Command::new(APIWAY)
-        .arg("standin")
-        .arg("--listen")
-        .arg(listen.to_string())
-        .arg("--cert")
-        .arg(&cert_path)
-        .arg("--key")
-        .arg(&key_path)
-        .args(["--advertise", &listen.to_string()])
-        .args(["--advertise", "127.0.0.2:6443"])
-        .args(["--advertise-max-age", "45s"])
-        .args(["--advertise-rule", "127.0.0.1=127.0.0.1"])
-        .args(["--advertise-rule", "127.0.0.5/32=127.0.0.0/24"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .context("starting apiway standin")?;
-    wait_for_port(listen, Duration::from_secs(10)).await?;
+    let own_address = listen.to_string();
+    let _standin = StandinProcess::start_with_args(
+        Path::new(APIWAY),
+        "advertising",
+        listen,
+        &cert,
+        None,
+        &[
+            "--advertise",
+            &own_address,
+            "--advertise",
+            "127.0.0.2:6443",
+            "--advertise-max-age",
+            "45s",
+            "--advertise-rule",
+            "127.0.0.1=127.0.0.1",
+            "--advertise-rule",
+            "127.0.0.5/32=127.0.0.0/24",
+        ],
+        None,
+    )
+    .await?;
 
     let own = format!(r#"h2="{listen}"; ma=45"#);
     let (alt_svc, peer) = whoami_from("127.0.0.1", port, &ca_path).await?;

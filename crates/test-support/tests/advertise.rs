@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability, ReachabilityRule};
 use apiway_client::Address;
-use apiway_test_support::peers::require_binary;
+use apiway_test_support::peers::{output_within, require_binary};
 use apiway_test_support::pki::Ca;
 use apiway_test_support::{StandinConfig, StandinServer};
 use tokio::process::Command;
@@ -153,13 +153,7 @@ impl Setup {
 }
 
 async fn run(command: &mut Command) -> Result<Output> {
-    command
-        .kill_on_drop(true)
-        .stdin(std::process::Stdio::null());
-    tokio::time::timeout(Duration::from_secs(20), command.output())
-        .await
-        .context("command timed out")?
-        .context("running command")
+    output_within(command, Duration::from_secs(20)).await
 }
 
 fn text(bytes: &[u8]) -> String {
