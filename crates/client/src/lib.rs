@@ -75,8 +75,14 @@
 //!
 //! # Not built yet
 //!
-//! EndpointSlice discovery, the kube-rs integration, the server-side
-//! `Alt-Svc` layer, `apiway endpoints`: see the README.
+//! EndpointSlice discovery, the kube-rs integration, `apiway endpoints`:
+//! see the README.
+//!
+//! # The server side
+//!
+//! [`advertise`] is for Rust API servers and proxies: a tower layer that
+//! adds the `Alt-Svc` header this client learns from, listing the ready
+//! endpoints each client can reach from its source network.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

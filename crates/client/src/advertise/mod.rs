@@ -111,7 +111,8 @@ pub struct AdvertisedEndpoint {
 ///
 /// `reachable` is the filter by the client's source network (advertise an
 /// endpoint only to clients that can reach it, e.g. by CIDR); pass
-/// `|_, _| true` to list every ready endpoint to everyone.
+/// `|_, _| true` to list every ready endpoint to everyone. This is the one
+/// renderer: [`Advertiser`] calls it with its [`Reachability`].
 pub fn alt_svc_value(
     endpoints: &[AdvertisedEndpoint],
     client: IpAddr,
