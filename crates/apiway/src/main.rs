@@ -78,7 +78,61 @@ enum Role {
         /// answers; without it those paths get the stand-in's JSON report.
         #[arg(long)]
         api_upstream: Option<String>,
+        #[command(flatten)]
+        advertise: AdvertiseArgs,
     },
+}
+
+/// `apiway standin` flags for `Alt-Svc` advertising.
+#[derive(clap::Args, Debug)]
+struct AdvertiseArgs {
+    /// Advertise this API server endpoint in `Alt-Svc` (repeatable), as
+    /// `h2`; the stand-in's own --listen address, if listed, is left out
+    /// while its /readyz fails [default: none: no Alt-Svc header].
+    #[arg(long, value_name = "HOST:PORT", value_parser = apiway_core::endpoint::Address::parse)]
+    advertise: Vec<apiway_core::endpoint::Address>,
+    /// `ma` of the advertised alternatives (clients cache them this long).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = apiway_core::duration::parse,
+        default_value = "70s",
+        requires = "advertise"
+    )]
+    advertise_max_age: std::time::Duration,
+    /// Advertise the endpoints in ENDPOINT_CIDR to clients in CLIENT_CIDR
+    /// only (repeatable); with rules, a client that no rule names gets
+    /// `Alt-Svc: clear` [default: none: every client gets every endpoint].
+    #[arg(
+        long,
+        value_name = "CLIENT_CIDR=ENDPOINT_CIDR",
+        value_parser = apiway_client::advertise::ReachabilityRule::parse,
+        requires = "advertise"
+    )]
+    advertise_rule: Vec<apiway_client::advertise::ReachabilityRule>,
+}
+
+impl AdvertiseArgs {
+    /// The advertiser the flags describe; `None` without --advertise.
+    fn advertiser(self) -> Option<apiway_client::advertise::Advertiser> {
+        use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability};
+        if self.advertise.is_empty() {
+            return None;
+        }
+        let endpoints = self
+            .advertise
+            .into_iter()
+            .map(|address| AdvertisedEndpoint {
+                address,
+                ready: true,
+            })
+            .collect();
+        Some(Advertiser::new(
+            endpoints,
+            self.advertise_max_age,
+            Reachability::new(self.advertise_rule),
+        ))
+    }
 }
 
 /// `apiway agent` flags; see `apiway agent --help`.
@@ -257,6 +311,7 @@ fn main() -> std::process::ExitCode {
                 key,
                 client_ca,
                 api_upstream,
+                advertise,
             } => {
                 let mut config = apiway_test_support::StandinConfig::from_files(
                     name,
@@ -266,6 +321,9 @@ fn main() -> std::process::ExitCode {
                     client_ca.as_deref(),
                 )?;
                 config.api_upstream = api_upstream;
+                if let Some(advertiser) = advertise.advertiser() {
+                    config = config.with_advertiser(advertiser);
+                }
                 apiway_test_support::serve_forever(config).await
             }
         }

@@ -84,8 +84,13 @@
 //!
 //! # Not built yet
 //!
-//! The kube-rs integration, the server-side `Alt-Svc` layer,
-//! `apiway endpoints`: see the README.
+//! The kube-rs integration, `apiway endpoints`: see the README.
+//!
+//! # The server side
+//!
+//! [`advertise`] is for Rust API servers and proxies: a tower layer that
+//! adds the `Alt-Svc` header this client learns from, listing the ready
+//! endpoints each client can reach from its source network.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 

@@ -75,10 +75,7 @@ impl Address {
     /// Parses `host:port`; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Address, String> {
         if let Ok(sa) = text.parse::<SocketAddr>() {
-            return Ok(Address {
-                host: Host::Ip(sa.ip()),
-                port: sa.port(),
-            });
+            return Ok(Address::from(sa));
         }
         let (host, port) = text
             .rsplit_once(':')
@@ -103,6 +100,15 @@ impl Address {
             host: Host::Name(host.to_ascii_lowercase()),
             port,
         })
+    }
+}
+
+impl From<SocketAddr> for Address {
+    fn from(sa: SocketAddr) -> Self {
+        Address {
+            host: Host::Ip(sa.ip()),
+            port: sa.port(),
+        }
     }
 }
 

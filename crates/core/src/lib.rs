@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod choice;
+pub mod cidr;
 pub mod config_text;
 pub mod dial;
 pub mod drain;

@@ -25,4 +25,4 @@ pub mod standin;
 pub use client::{https_get, https_get_with_config, Response};
 pub use fixture_api::{FixtureApi, FixtureServer};
 pub use pki::{Ca, Issued};
-pub use standin::{serve_forever, StandinConfig, StandinServer};
+pub use standin::{serve_forever, StandinAltSvc, StandinConfig, StandinServer};

@@ -26,8 +26,10 @@ pub use procfs::process_tree;
 pub use standin_process::StandinProcess;
 
 use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 
 /// Debian packages that provide the programs these tests drive.
 const PACKAGES: &[(&str, &str)] = &[
@@ -39,6 +41,20 @@ const PACKAGES: &[(&str, &str)] = &[
     ("openssl", "openssl"),
     ("iperf3", "iperf3"),
 ];
+
+/// Runs a short-lived command (curl, kubectl, `apiway --help`) with no
+/// input and returns its output, or an error if it has not exited within
+/// `timeout` (it is killed then).
+pub async fn output_within(
+    command: &mut tokio::process::Command,
+    timeout: Duration,
+) -> Result<Output> {
+    command.kill_on_drop(true).stdin(Stdio::null());
+    tokio::time::timeout(timeout, command.output())
+        .await
+        .with_context(|| format!("{command:?} did not exit within {timeout:?}"))?
+        .with_context(|| format!("running {command:?}"))
+}
 
 /// Finds `program` in `PATH` (and the sbin directories, where Debian puts
 /// daemons). If it is missing, the error names the Debian package to install.

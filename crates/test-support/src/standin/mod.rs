@@ -19,7 +19,12 @@
 //! | anything else | 200 JSON: `server`, `path`, `query`, `method`, `version`, `client_cn`, `client_organizations`, `sni`, `alpn`, `peer`, `authority` (HTTP/2 `:authority`, or an absolute-form URI's), `alt_used` (the `Alt-Used` header), `authorization` (the header, as sent: test credentials only) |
 //!
 //! Every response carries `x-apiway-standin: <name>`, and `Alt-Svc` when
-//! configured.
+//! configured ([`StandinAltSvc`]): a fixed value, or what an
+//! [`Advertiser`] lists for the connection's client address, through
+//! `apiway_client`'s `Alt-Svc` layer, so the stand-in advertises the way a
+//! Rust API server using that layer would. [`StandinServer::set_ready`]
+//! also marks the stand-in's own address (if advertised) ready or not, and
+//! the next response shows it.
 //!
 //! [`StandinServer::shutdown`] behaves like a crash: the listening port closes
 //! and every open connection is dropped without a goodbye.
@@ -28,6 +33,7 @@ mod pattern;
 mod routes;
 mod upstream;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -35,14 +41,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use http::HeaderValue;
-use hyper::service::service_fn;
+use apiway_client::advertise::{Advertiser, ClientAddress};
+use apiway_client::Address;
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use hyper::service::{service_fn, Service};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+use tower_layer::Layer;
 use tracing::{debug, info, warn};
 
 use crate::pki::{self, Ca, Issued, ALPN_H2, ALPN_HTTP11};
@@ -67,12 +78,25 @@ pub struct StandinConfig {
     /// certificate is required, which proves that whatever sits in between
     /// passed TLS through untouched.
     pub client_ca_pem: Option<String>,
-    /// Value of an `Alt-Svc` header added to every response.
-    pub alt_svc: Option<String>,
+    /// The `Alt-Svc` header of every response, if any.
+    pub alt_svc: Option<StandinAltSvc>,
     /// `http://host:port` of a Kubernetes API (usually a
     /// [`FixtureApi`](crate::fixture_api::FixtureApi)) that answers every
     /// `/api`, `/api/...`, `/apis` and `/apis/...` request, streamed.
     pub api_upstream: Option<String>,
+}
+
+/// The `Alt-Svc` a stand-in sends.
+#[derive(Clone, Debug)]
+pub enum StandinAltSvc {
+    /// This value on every response, as is: for tests that need a value
+    /// no advertiser would render (invalid, odd parameters, other
+    /// protocols).
+    Fixed(String),
+    /// What the advertiser lists for each client, computed per response:
+    /// the handle can be shared with the test (or other stand-ins) and
+    /// updated while serving.
+    Advertised(Advertiser),
 }
 
 impl StandinConfig {
@@ -104,7 +128,14 @@ impl StandinConfig {
 
     /// Adds `Alt-Svc: value` to every response.
     pub fn with_alt_svc(mut self, value: impl Into<String>) -> Self {
-        self.alt_svc = Some(value.into());
+        self.alt_svc = Some(StandinAltSvc::Fixed(value.into()));
+        self
+    }
+
+    /// Adds to every response the `Alt-Svc` value `advertiser` renders for
+    /// the connection's client address.
+    pub fn with_advertiser(mut self, advertiser: Advertiser) -> Self {
+        self.alt_svc = Some(StandinAltSvc::Advertised(advertiser));
         self
     }
 
@@ -135,8 +166,11 @@ impl StandinConfig {
 struct Shared {
     name: String,
     name_header: HeaderValue,
+    /// A fixed `Alt-Svc` value ([`StandinAltSvc::Fixed`]).
     alt_svc: Option<HeaderValue>,
     api_upstream: Option<http::uri::Authority>,
+    /// [`StandinAltSvc::Advertised`].
+    advertiser: Option<Advertiser>,
     ready: AtomicBool,
     requests: AtomicU64,
     open: AtomicUsize,
@@ -178,13 +212,17 @@ impl StandinServer {
                 config.name
             )
         })?;
-        let alt_svc = match &config.alt_svc {
-            Some(value) => Some(
-                HeaderValue::from_str(value)
-                    .with_context(|| format!("Alt-Svc {value:?} is not a valid header value"))?,
-            ),
-            None => None,
-        };
+        let (alt_svc, advertiser) =
+            match config.alt_svc {
+                Some(StandinAltSvc::Fixed(value)) => (
+                    Some(HeaderValue::from_str(&value).with_context(|| {
+                        format!("Alt-Svc {value:?} is not a valid header value")
+                    })?),
+                    None,
+                ),
+                Some(StandinAltSvc::Advertised(advertiser)) => (None, Some(advertiser)),
+                None => (None, None),
+            };
         let api_upstream = match &config.api_upstream {
             Some(url) => Some(upstream::parse_upstream(url).map_err(anyhow::Error::msg)?),
             None => None,
@@ -198,6 +236,7 @@ impl StandinServer {
             name_header,
             alt_svc,
             api_upstream,
+            advertiser,
             ready: AtomicBool::new(true),
             requests: AtomicU64::new(0),
             open: AtomicUsize::new(0),
@@ -228,9 +267,19 @@ impl StandinServer {
         &self.shared.name
     }
 
-    /// Makes `/readyz` answer 200 (`true`) or 503 (`false`).
+    /// Makes `/readyz` answer 200 (`true`) or 503 (`false`), and marks the
+    /// stand-in's own address, where its advertiser lists it, ready or not.
     pub fn set_ready(&self, ready: bool) {
         self.shared.ready.store(ready, Ordering::SeqCst);
+        if let Some(advertiser) = &self.shared.advertiser {
+            advertiser.set_ready(&Address::from(self.addr), ready);
+        }
+    }
+
+    /// The advertiser of [`StandinAltSvc::Advertised`], to change what is
+    /// advertised while serving.
+    pub fn advertiser(&self) -> Option<&Advertiser> {
+        self.shared.advertiser.as_ref()
     }
 
     /// Number of HTTP requests received so far (all paths).
@@ -348,14 +397,35 @@ async fn serve_connection(
     };
     let info = Arc::new(ConnectionInfo::from_tls(tls.get_ref().1, peer));
 
+    let alpn = info.alpn.clone();
+    let advertiser = shared.advertiser.clone();
+    let routes = service_fn(move |req| routes::handle(req, shared.clone(), info.clone()));
+    match advertiser {
+        Some(advertiser) => {
+            let with_alt_svc = advertiser.layer().layer(routes);
+            let service = service_fn(move |mut req: Request<Incoming>| {
+                req.extensions_mut().insert(ClientAddress::from(peer));
+                with_alt_svc.call(req)
+            });
+            serve_http(tls, alpn.as_deref(), service, peer).await;
+        }
+        None => serve_http(tls, alpn.as_deref(), routes, peer).await,
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on an accepted TLS connection until it ends.
+async fn serve_http<S>(tls: TlsStream<TcpStream>, alpn: Option<&str>, service: S, peer: SocketAddr)
+where
+    S: Service<Request<Incoming>, Response = Response<routes::Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Trust ALPN when it was negotiated; sniff the preface otherwise.
-    builder = match info.alpn.as_deref() {
+    builder = match alpn {
         Some("h2") => builder.http2_only(),
         Some("http/1.1") => builder.http1_only(),
         _ => builder,
     };
-    let service = service_fn(move |req| routes::handle(req, shared.clone(), info.clone()));
     if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
         debug!(%peer, "stand-in connection ended with error: {e}");
     }
