@@ -73,6 +73,10 @@ enum Role {
         /// Require client certificates signed by this CA (PEM).
         #[arg(long)]
         client_ca: Option<PathBuf>,
+        /// Add `Alt-Svc: VALUE` to every response, e.g.
+        /// `h2="127.0.0.2:6443"; ma=60` [default: none].
+        #[arg(long, value_name = "VALUE")]
+        alt_svc: Option<String>,
     },
 }
 
@@ -251,14 +255,18 @@ fn main() -> std::process::ExitCode {
                 cert,
                 key,
                 client_ca,
+                alt_svc,
             } => {
-                let config = apiway_test_support::StandinConfig::from_files(
+                let mut config = apiway_test_support::StandinConfig::from_files(
                     name,
                     listen,
                     &cert,
                     &key,
                     client_ca.as_deref(),
                 )?;
+                if let Some(value) = alt_svc {
+                    config = config.with_alt_svc(value);
+                }
                 apiway_test_support::serve_forever(config).await
             }
         }

@@ -73,10 +73,25 @@
 //! # }
 //! ```
 //!
+//! # kube-rs (feature `kube`)
+//!
+//! Two ways under a `kube::Client`, both sharing one [`Client`]'s
+//! endpoints, blocks and metrics, both set up from a `kube::Config` with
+//! [`ClientConfig::from_kube_config`]:
+//!
+//! - [`Client::kube_client`] ([`kube_service`]): HTTP/2 through this
+//!   client, with everything above (`/readyz` checks, PING, safe retries,
+//!   `kubernetes.default` on alternatives); no exec plugins, no upgrades.
+//! - [`Client::http1_kube_client`] ([`kube_connector`]): kube's own
+//!   HTTP/1.1 stack, TLS and auth, with this client only choosing where
+//!   each connection goes.
+//!
+//! `examples/watch_pods.rs` lists and watches pods through either.
+//!
 //! # Not built yet
 //!
-//! EndpointSlice discovery, the kube-rs integration, the server-side
-//! `Alt-Svc` layer, `apiway endpoints`: see the README.
+//! EndpointSlice discovery, the server-side `Alt-Svc` layer, `apiway
+//! endpoints`: see the README.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -85,6 +100,10 @@ mod client;
 mod config;
 mod connect;
 mod error;
+#[cfg(feature = "kube")]
+mod kube_config;
+#[cfg(feature = "kube")]
+pub mod kube_connector;
 #[cfg(feature = "kube")]
 pub mod kube_service;
 mod learn;
@@ -95,6 +114,8 @@ pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
+#[cfg(feature = "kube")]
+pub use kube_connector::{EndpointStream, KubeConnector};
 #[cfg(feature = "kube")]
 pub use kube_service::KubeService;
 pub use metrics::{BlockLabels, ClientMetrics, EndpointLabels, FailureLabels};

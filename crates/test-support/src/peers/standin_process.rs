@@ -59,6 +59,20 @@ impl StandinProcess {
         client_ca: Option<&Ca>,
         netns: Option<&str>,
     ) -> Result<StandinProcess> {
+        StandinProcess::start_with_args(apiway, name, listen, cert, client_ca, netns, &[]).await
+    }
+
+    /// [`start_with_client_ca`](Self::start_with_client_ca), passing
+    /// `extra_args` to `apiway standin` as well (e.g. `--alt-svc VALUE`).
+    pub async fn start_with_args(
+        apiway: &Path,
+        name: &str,
+        listen: SocketAddr,
+        cert: &Issued,
+        client_ca: Option<&Ca>,
+        netns: Option<&str>,
+        extra_args: &[String],
+    ) -> Result<StandinProcess> {
         let dir = tempfile::Builder::new()
             .prefix("apiway-standin-")
             .tempdir()
@@ -95,6 +109,7 @@ impl StandinProcess {
                     .iter()
                     .flat_map(|p| [std::ffi::OsStr::new("--client-ca"), p.as_os_str()]),
             )
+            .args(extra_args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info");
         let mut process = PeerProcess::spawn(command, dir, "standin.log")?;
