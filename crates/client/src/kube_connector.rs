@@ -99,8 +99,10 @@ struct Report {
     /// Bytes were written since the endpoint last sent one: a request (or
     /// the TLS ClientHello) waits for its answer.
     awaiting: bool,
-    /// Nothing more to report: a failure was recorded, or the connection
-    /// was closed in an orderly way (by either side).
+    /// `awaiting` before the last write.
+    awaiting_before_write: bool,
+    /// Nothing more to report: a failure was recorded, or the server
+    /// closed the connection.
     settled: bool,
 }
 
@@ -116,6 +118,19 @@ impl Report {
         if !std::mem::replace(&mut self.answered, true) {
             self.client.record_success(&self.endpoint, self.moved);
         }
+    }
+
+    fn wrote(&mut self, bytes: usize) {
+        if bytes > 0 {
+            self.awaiting_before_write = self.awaiting;
+            self.awaiting = true;
+        }
+    }
+
+    /// The connection is being shut down. TLS writes its close_notify
+    /// just before: that last write waits for no answer, so it is undone.
+    fn closing(&mut self) {
+        self.awaiting = self.awaiting_before_write;
     }
 
     fn failed(&mut self, kind: &'static str, reason: &str) {
@@ -161,11 +176,15 @@ impl AsyncRead for EndpointStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
+        let room = buf.remaining();
         let result = Pin::new(&mut self.tcp).poll_read(cx, buf);
         match &result {
             Poll::Ready(Ok(())) => {
                 let bytes = buf.filled().len() - before;
-                self.report.read(bytes);
+                // Nothing read into an empty buffer is no end of stream.
+                if room > 0 {
+                    self.report.read(bytes);
+                }
             }
             Poll::Ready(Err(e)) => self.report.failed("read", &e.to_string()),
             Poll::Pending => {}
@@ -182,7 +201,7 @@ impl AsyncWrite for EndpointStream {
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.tcp).poll_write(cx, buf);
         if let Poll::Ready(Ok(written)) = result {
-            self.report.awaiting |= written > 0;
+            self.report.wrote(written);
         }
         result
     }
@@ -192,9 +211,7 @@ impl AsyncWrite for EndpointStream {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        // An orderly close (TLS close_notify written just before) is no
-        // request waiting for an answer.
-        self.report.settled = true;
+        self.report.closing();
         Pin::new(&mut self.tcp).poll_shutdown(cx)
     }
 
@@ -205,7 +222,7 @@ impl AsyncWrite for EndpointStream {
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs);
         if let Poll::Ready(Ok(written)) = result {
-            self.report.awaiting |= written > 0;
+            self.report.wrote(written);
         }
         result
     }
@@ -323,6 +340,7 @@ impl tower_service::Service<http::Uri> for KubeConnector {
                                 moved: !attempts.is_empty(),
                                 answered: false,
                                 awaiting: false,
+                                awaiting_before_write: false,
                                 settled: false,
                             },
                         }));

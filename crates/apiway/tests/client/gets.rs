@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_client::Client;
+use apiway_client::{Client, FailureLabels};
 use bytes::Bytes;
 
 use crate::support::{bounded, Fault, Standins, Transport};
@@ -95,6 +95,20 @@ async fn stream_with_fault(transport: Transport, fault: Fault) -> Result<Run> {
 /// fault, never after the first answer from elsewhere, and the stream ends
 /// on another endpoint with every GET after the failover answered.
 /// Returns how many GETs were lost.
+/// How often the victim failed for `reason` (the metric's label).
+fn victim_failures(run: &Run, reason: &'static str) -> u64 {
+    let victim = run.standins.processes[run.victim].addr().to_string();
+    run.client
+        .metrics()
+        .failures
+        .get_or_create(&FailureLabels {
+            origin: victim.clone(),
+            endpoint: victim,
+            reason,
+        })
+        .get()
+}
+
 fn check_failover(run: &Run) -> Result<usize> {
     let outcomes = &run.outcomes;
     let victim = run.standins.processes[run.victim].name();
@@ -131,6 +145,16 @@ fn check_failover(run: &Run) -> Result<usize> {
     ensure!(
         victim_status.blocked.is_some() && !victim_status.in_use,
         "the victim is blocked: {victim_status:?}"
+    );
+    let others_blocked: Vec<_> = run
+        .client
+        .endpoints()
+        .into_iter()
+        .filter(|e| e.address != victim_address && e.blocked.is_some())
+        .collect();
+    ensure!(
+        others_blocked.is_empty(),
+        "only the victim is blocked: {others_blocked:?}"
     );
     let lost: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
     eprintln!("{} of {TOTAL} GETs lost: {lost:?}", lost.len());
@@ -189,6 +213,10 @@ async fn http1_loses_the_waiting_get_when_the_endpoint_in_use_hangs() -> Result<
             (1..=2).contains(&lost),
             "the GET waiting on the hung server is lost, at most one more: {:?}",
             run.outcomes
+        );
+        ensure!(
+            victim_failures(&run, "unanswered") + victim_failures(&run, "silent") >= 1,
+            "the dropped connection blocked the hung endpoint"
         );
         Ok(())
     })
