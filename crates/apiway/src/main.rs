@@ -77,6 +77,11 @@ enum Role {
         /// `h2="127.0.0.2:6443"; ma=60` [default: none].
         #[arg(long, value_name = "VALUE")]
         alt_svc: Option<String>,
+        /// Forward /api and /apis requests to this Kubernetes API
+        /// (http://host:port, e.g. a test's fixture API), streaming the
+        /// answers; without it those paths get the stand-in's JSON report.
+        #[arg(long)]
+        api_upstream: Option<String>,
     },
 }
 
@@ -256,6 +261,7 @@ fn main() -> std::process::ExitCode {
                 key,
                 client_ca,
                 alt_svc,
+                api_upstream,
             } => {
                 let mut config = apiway_test_support::StandinConfig::from_files(
                     name,
@@ -267,6 +273,7 @@ fn main() -> std::process::ExitCode {
                 if let Some(value) = alt_svc {
                     config = config.with_alt_svc(value);
                 }
+                config.api_upstream = api_upstream;
                 apiway_test_support::serve_forever(config).await
             }
         }

@@ -19,9 +19,12 @@ use rustls_pki_types::ServerName;
 
 use crate::config::ClientConfig;
 use crate::connect::{Body, Dialer, Target};
+use crate::discovery::DiscoveryTask;
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
-use crate::metrics::{BlockLabels, EndpointLabels, FailureLabels};
+use crate::metrics::{
+    BlockLabels, DiscoveryFailureLabels, EndpointLabels, FailureLabels, OriginLabels,
+};
 
 /// How many times [`Client::fetch`] sends a GET or HEAD again after its
 /// response body broke off.
@@ -32,12 +35,14 @@ pub const BODY_RETRIES: usize = 2;
 /// connections and blocks.
 #[derive(Clone, Debug)]
 pub struct Client {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 #[derive(Debug)]
-struct Inner {
-    config: ClientConfig,
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    /// The EndpointSlice discovery task's switch.
+    pub(crate) discovery: DiscoveryTask,
     dialer: Dialer,
     origin_target: Target,
     alternative_name: ServerName<'static>,
@@ -71,7 +76,9 @@ pub struct EndpointStatus {
 }
 
 impl Client {
-    /// A client for `config`. Makes no connection yet.
+    /// A client for `config`. Makes no connection yet. With
+    /// [`ClientConfig::endpoint_slice_discovery`], discovery starts now
+    /// when called inside a tokio runtime, else at the first request.
     pub fn new(config: ClientConfig) -> Result<Client, Error> {
         let origin_host = match (&config.origin_server_name, &config.origin.host) {
             (Some(name), _) => name.clone(),
@@ -104,9 +111,10 @@ impl Client {
             config.check_timeout,
             config.keepalive,
         );
-        Ok(Client {
+        let client = Client {
             inner: Arc::new(Inner {
                 config,
+                discovery: DiscoveryTask::new(),
                 dialer,
                 origin_target,
                 alternative_name,
@@ -117,7 +125,14 @@ impl Client {
                     connections: HashMap::new(),
                 }),
             }),
-        })
+        };
+        client.start_discovery();
+        Ok(client)
+    }
+
+    /// The client behind `weak`, if a clone is still alive.
+    pub(crate) fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Client> {
+        weak.upgrade().map(|inner| Client { inner })
     }
 
     /// `GET path` (path and query, e.g. `/api/v1/pods?limit=10`).
@@ -163,8 +178,7 @@ impl Client {
             match incoming.collect().await {
                 Ok(collected) => return Ok(Response::from_parts(head, collected.to_bytes())),
                 Err(error) => {
-                    let reason = format!("response body broke off: {error}");
-                    self.fail(&key, Failure::Network, "body", &reason, &mut Vec::new());
+                    self.fail_body(&key, &format!("response body broke off: {error}"));
                     if !repeatable || retries >= BODY_RETRIES {
                         return Err(Error::Body {
                             endpoint: key.to_string(),
@@ -179,11 +193,12 @@ impl Client {
 
     /// [`send`](Self::send), also returning the endpoint that answered;
     /// `moved` when an earlier attempt of the same request failed.
-    async fn send_to(
+    pub(crate) async fn send_to(
         &self,
         request: Request<Bytes>,
         moved: bool,
     ) -> Result<(Response<Incoming>, Address), Error> {
+        self.start_discovery();
         let (mut parts, body) = request.into_parts();
         let path = parts
             .uri
@@ -477,12 +492,7 @@ impl Client {
         }
         let now = Instant::now();
         let mut state = self.state();
-        let previous: HashMap<Address, bool> = state
-            .choice
-            .alternatives()
-            .into_iter()
-            .map(|l| (l.key.clone(), l.local))
-            .collect();
+        let previous = known_locality(&state.choice);
         let learned = learn::from_headers(
             headers,
             &self.inner.config.origin,
@@ -492,18 +502,89 @@ impl Client {
         );
         if let Learned::Replace(listed) = learned {
             state.choice.set_learned(listed);
-            // Forget what belongs to endpoints no longer listed, so a
-            // churning Alt-Svc cannot grow the maps without bound.
-            let State {
-                choice,
-                endpoints,
-                connections,
-            } = &mut *state;
-            let keep = |key: &Address| key == choice.origin() || choice.is_listed(key);
-            endpoints.retain(|key, _| keep(key));
-            connections.retain(|key, _| keep(key));
+            state.forget_unlisted();
         }
     }
+
+    /// A response body from `key` broke off: block it like any network
+    /// failure.
+    pub(crate) fn fail_body(&self, key: &Address, reason: &str) {
+        self.fail(key, Failure::Network, "body", reason, &mut Vec::new());
+    }
+
+    /// Replaces the discovered alternatives; returns how many there are.
+    pub(crate) fn set_discovered(&self, addresses: Vec<Address>) -> usize {
+        let mut state = self.state();
+        let previous = known_locality(&state.choice);
+        let listed: Vec<Listed<Address>> = addresses
+            .into_iter()
+            .map(|a| {
+                let local = previous.get(&a).copied().unwrap_or_else(|| is_local(&a));
+                Listed::new(a, local)
+            })
+            .collect();
+        let count = listed.len();
+        tracing::debug!(count, "discovered API server endpoints");
+        state.choice.set_discovered(listed);
+        state.forget_unlisted();
+        drop(state);
+        self.inner
+            .config
+            .metrics
+            .discovered
+            .get_or_create(&self.origin_labels())
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        count
+    }
+
+    /// How many alternatives discovery lists now.
+    pub(crate) fn discovered_count(&self) -> usize {
+        self.state().choice.discovered().len()
+    }
+
+    /// Counts a failed discovery `stage` (`list` or `watch`).
+    pub(crate) fn discovery_failed(&self, stage: &'static str) {
+        self.inner
+            .config
+            .metrics
+            .discovery_failures
+            .get_or_create(&DiscoveryFailureLabels {
+                origin: self.inner.origin_label.clone(),
+                stage,
+            })
+            .inc();
+    }
+
+    fn origin_labels(&self) -> OriginLabels {
+        OriginLabels {
+            origin: self.inner.origin_label.clone(),
+        }
+    }
+}
+
+impl State {
+    /// Forgets what belongs to endpoints no longer listed, so a churning
+    /// list cannot grow the maps without bound.
+    fn forget_unlisted(&mut self) {
+        let State {
+            choice,
+            endpoints,
+            connections,
+        } = self;
+        let keep = |key: &Address| key == choice.origin() || choice.is_listed(key);
+        endpoints.retain(|key, _| keep(key));
+        connections.retain(|key, _| keep(key));
+    }
+}
+
+/// The locality of every listed alternative, so a relisted address costs
+/// no interface lookup.
+fn known_locality(choice: &EndpointChoice<Address>) -> HashMap<Address, bool> {
+    choice
+        .alternatives()
+        .into_iter()
+        .map(|l| (l.key.clone(), l.local))
+        .collect()
 }
 
 fn is_local(address: &Address) -> bool {

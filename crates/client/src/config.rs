@@ -33,6 +33,10 @@ pub struct ClientConfig {
     pub alternative_server_name: String,
     /// Learn alternatives from `Alt-Svc` response headers (default true).
     pub learn_alt_svc: bool,
+    /// Discover alternatives from the `default/kubernetes` EndpointSlices
+    /// (list and watch, see [`crate::discovery`]; default false, since it
+    /// needs RBAC to list and watch them).
+    pub endpoint_slice_discovery: bool,
     /// How long a network error blocks an endpoint (default 20 s).
     pub block_period: Duration,
     /// Longest time an alternative learned from `Alt-Svc` stays listed,
@@ -67,6 +71,7 @@ impl ClientConfig {
             alternative_hosts: Vec::new(),
             alternative_server_name: DEFAULT_ALTERNATIVE_SERVER_NAME.to_owned(),
             learn_alt_svc: true,
+            endpoint_slice_discovery: false,
             block_period: Duration::from_secs(20),
             max_age: Duration::from_secs(70),
             connect_timeout: Duration::from_secs(2),
@@ -75,6 +80,12 @@ impl ClientConfig {
             metrics: crate::ClientMetrics::default(),
             headers: http::HeaderMap::new(),
         })
+    }
+
+    /// Turns on [`endpoint_slice_discovery`](Self::endpoint_slice_discovery).
+    pub fn with_endpoint_slice_discovery(mut self) -> ClientConfig {
+        self.endpoint_slice_discovery = true;
+        self
     }
 
     /// Sends `Authorization: Bearer <token>` with every request (the

@@ -76,6 +76,10 @@ pub enum Error {
         #[source]
         source: hyper::Error,
     },
+    /// EndpointSlice discovery got an answer it cannot use (a status other
+    /// than 200, a list that does not parse, no answer in time).
+    #[error("EndpointSlice discovery: {0}")]
+    Discovery(String),
     /// The connection failed after the request may have reached the
     /// server, and the method is not safe to repeat (anything but GET and
     /// HEAD): it was not sent anywhere else. The caller decides whether to

@@ -4,9 +4,12 @@
 //! say the internal load balancer `https://api-int.example:6443`, and
 //! sends each request to the best of the origin's endpoints instead, the
 //! way the OpenShift "resilient control-plane networking" proposal
-//! describes. Endpoints come from `Alt-Svc` response headers (RFC 7838,
-//! parsed by `apiway_wire::altsvc`) and from a static list
-//! (`alternative_hosts`); the choice among them is
+//! describes. Endpoints come from a static list (`alternative_hosts`),
+//! from the `default/kubernetes` EndpointSlices ([`discovery`], opt-in with
+//! [`ClientConfig::with_endpoint_slice_discovery`], so it works with
+//! unmodified API servers) and from `Alt-Svc` response headers (RFC 7838,
+//! parsed by `apiway_wire::altsvc`), listed in that order; the choice
+//! among them is
 //! [`apiway_core::choice`], which lives in core so every role can share it:
 //!
 //! 1. the endpoint in use, while it works (no flapping);
@@ -27,6 +30,8 @@
 //! | every alternative blocked or failed | — | the origin is tried once, blocked or not; if it fails too, [`Error::Unreachable`] lists each attempt |
 //! | the response body breaks off after the headers | — | the caller sees the body error; nothing is retried |
 //! | any HTTP status, 5xx included | nothing changes | returned as is |
+//! | EndpointSlice list or watch fails (no answer, a status other than 200, a body that breaks off or does not parse) | a broken watch body blocks its endpoint for the block period | discovery retries after 1 s, doubling to 30 s; the last list stays for [`ClientConfig::max_age`] after the last success, then is dropped |
+//! | EndpointSlice watch answers `410 Gone` | — | discovery lists again at once |
 //!
 //! Alternatives learned from `Alt-Svc` expire after min(`ma` less the
 //! response's `Age`, [`ClientConfig::max_age`] (70 s)); each response that carries `Alt-Svc` replaces the learned list
@@ -73,6 +78,10 @@
 //! # }
 //! ```
 //!
+//! Discovered endpoints are the ready ones (`conditions.ready` not false)
+//! at the slice's `https` port; they change with each watch event and
+//! never expire while discovery works.
+//!
 //! # kube-rs (feature `kube`)
 //!
 //! Two ways under a `kube::Client`, both sharing one [`Client`]'s
@@ -90,8 +99,7 @@
 //!
 //! # Not built yet
 //!
-//! EndpointSlice discovery, the server-side `Alt-Svc` layer, `apiway
-//! endpoints`: see the README.
+//! The server-side `Alt-Svc` layer, `apiway endpoints`: see the README.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -99,6 +107,7 @@ pub mod advertise;
 mod client;
 mod config;
 mod connect;
+pub mod discovery;
 mod error;
 #[cfg(feature = "kube")]
 mod kube_config;
@@ -118,7 +127,9 @@ pub use error::{Attempt, Error};
 pub use kube_connector::{EndpointStream, KubeConnector};
 #[cfg(feature = "kube")]
 pub use kube_service::KubeService;
-pub use metrics::{BlockLabels, ClientMetrics, EndpointLabels, FailureLabels};
+pub use metrics::{
+    BlockLabels, ClientMetrics, DiscoveryFailureLabels, EndpointLabels, FailureLabels, OriginLabels,
+};
 
 /// The `Alt-Used` request header (RFC 7838 section 5).
 pub const ALT_USED: http::HeaderName = http::HeaderName::from_static("alt-used");

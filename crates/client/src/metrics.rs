@@ -1,6 +1,6 @@
 //! What the client counts, in Prometheus form: failures by endpoint and
-//! reason, requests that moved to another endpoint, blocks, and the
-//! endpoint in use.
+//! reason, requests that moved to another endpoint, blocks, the endpoint
+//! in use, and EndpointSlice discovery (failures, endpoints listed).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -34,6 +34,22 @@ pub struct FailureLabels {
     pub reason: &'static str,
 }
 
+/// Labels of an origin.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OriginLabels {
+    /// The origin the client was made for (`host:port`).
+    pub origin: String,
+}
+
+/// Labels of a failed EndpointSlice discovery request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DiscoveryFailureLabels {
+    /// The origin.
+    pub origin: String,
+    /// `list` or `watch`.
+    pub stage: &'static str,
+}
+
 /// Labels of a block.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlockLabels {
@@ -58,6 +74,10 @@ pub struct ClientMetrics {
     pub blocks: Family<BlockLabels, Counter>,
     /// 1 for the endpoint in use, 0 for the others that were.
     pub in_use: Family<EndpointLabels, Gauge>,
+    /// Failed EndpointSlice lists and watches.
+    pub discovery_failures: Family<DiscoveryFailureLabels, Counter>,
+    /// Endpoints discovery lists now.
+    pub discovered: Family<OriginLabels, Gauge>,
 }
 
 impl ClientMetrics {
@@ -83,6 +103,16 @@ impl ClientMetrics {
             "client_endpoint_in_use",
             "1 for the endpoint in use",
             self.in_use.clone(),
+        );
+        registry.register(
+            "client_discovery_failures",
+            "Failed lists and watches of the API server's EndpointSlices",
+            self.discovery_failures.clone(),
+        );
+        registry.register(
+            "client_discovered_endpoints",
+            "API server endpoints listed by EndpointSlice discovery",
+            self.discovered.clone(),
         );
     }
 }

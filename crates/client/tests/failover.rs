@@ -22,9 +22,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::{bounded, get_report, gets_across, metrics_text, sample};
 
-/// Every test finishes within this or fails.
-const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+mod support;
 
 struct Pki {
     /// Valid for `kubernetes.default` and 127.0.0.1.
@@ -74,45 +74,6 @@ fn client_for(origin: &StandinServer, pki: &Pki, alternatives: &str) -> Result<C
         .with_alternative_hosts(alternatives)?;
     config.block_period = Duration::from_secs(20);
     Ok(Client::new(config)?)
-}
-
-/// GETs `path` and returns the stand-in's JSON report; any failure is an
-/// error naming the request.
-async fn get_report(client: &Client, path: &str) -> Result<serde_json::Value> {
-    let request = http::Request::get(path).body(Bytes::new())?;
-    let response = client
-        .fetch(request)
-        .await
-        .with_context(|| format!("GET {path}"))?;
-    ensure!(
-        response.status() == 200,
-        "GET {path}: {}",
-        response.status()
-    );
-    Ok(serde_json::from_slice(response.body())?)
-}
-
-/// The client's metrics in the Prometheus text format.
-fn metrics_text(client: &Client) -> Result<String> {
-    let mut registry = prometheus_client::registry::Registry::default();
-    client.metrics().register(&mut registry);
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, &registry)?;
-    Ok(text)
-}
-
-/// The value of the sample `name{labels}` in `text`, if present.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let prefix = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&prefix))
-        .and_then(|value| value.trim().parse().ok())
-}
-
-async fn bounded<F: std::future::Future<Output = Result<()>>>(test: F) -> Result<()> {
-    tokio::time::timeout(TEST_TIMEOUT, test)
-        .await
-        .context("test took longer than its bound")?
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,25 +146,7 @@ async fn learns_alt_svc_and_fails_over_without_a_failed_get() -> Result<()> {
         ensure!(client.endpoint_in_use() == Some(a_addr.to_string()));
 
         // A stream of GETs; `a` is killed in the middle of it.
-        let done = Arc::new(AtomicUsize::new(0));
-        let stream = tokio::spawn({
-            let client = client.clone();
-            let done = done.clone();
-            async move {
-                let mut servers = Vec::new();
-                for i in 0..200 {
-                    let report = get_report(&client, &format!("/stream/{i}")).await?;
-                    servers.push(report["server"].as_str().unwrap_or("?").to_owned());
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-                anyhow::Ok(servers)
-            }
-        });
-        while done.load(Ordering::SeqCst) < 50 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        a.shutdown().await;
-        let servers = stream.await??;
+        let servers = gets_across(&client, 200, 50, a.shutdown()).await?;
         ensure!(servers.len() == 200, "every GET succeeded");
         let switch = servers
             .iter()

@@ -106,14 +106,18 @@ pub enum Block {
 /// [module docs](self) for the order.
 ///
 /// `K` names an endpoint (an address, a `host:port` string); the origin is
-/// one of them. Alternatives come from two sources: a static list (never
-/// expires) and learned ones (an `Alt-Svc` header; each new value replaces
-/// all learned alternatives).
+/// one of them. Alternatives come from three sources, listed in this
+/// order: a static list (never expires), discovered ones (the
+/// `default/kubernetes` EndpointSlices; each new list replaces them all)
+/// and learned ones (an `Alt-Svc` header; each new value replaces all
+/// learned alternatives). An endpoint listed by several counts once, at
+/// its first place.
 #[derive(Clone, Debug)]
 pub struct EndpointChoice<K> {
     origin: K,
     policy: ChoicePolicy,
     fixed: Vec<Listed<K>>,
+    discovered: Vec<Listed<K>>,
     learned: Vec<Listed<K>>,
     blocked: HashMap<K, Block>,
     in_use: Option<K>,
@@ -126,6 +130,7 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
             origin,
             policy,
             fixed: Vec::new(),
+            discovered: Vec::new(),
             learned: Vec::new(),
             blocked: HashMap::new(),
             in_use: None,
@@ -147,6 +152,17 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
         self.fixed = listed;
     }
 
+    /// Replaces every discovered alternative (from the EndpointSlices of
+    /// the API server's Service); an empty list drops them all.
+    pub fn set_discovered(&mut self, listed: Vec<Listed<K>>) {
+        self.discovered = listed;
+    }
+
+    /// The discovered alternatives, as last set.
+    pub fn discovered(&self) -> &[Listed<K>] {
+        &self.discovered
+    }
+
     /// Replaces every learned alternative (an `Alt-Svc` value replaces the
     /// whole cache for its origin, RFC 7838 section 3); an empty list is
     /// `clear`.
@@ -154,22 +170,33 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
         self.learned = listed;
     }
 
-    /// Drops learned alternatives whose expiry is at or before `now`, and
-    /// blocks that have run out. Returns how many alternatives expired.
+    /// Drops discovered and learned alternatives whose expiry is at or
+    /// before `now`, and blocks that have run out. Returns how many
+    /// alternatives expired.
     pub fn expire(&mut self, now: Instant) -> usize {
-        let before = self.learned.len();
-        self.learned
-            .retain(|l| l.expires_at.is_none_or(|at| at > now));
+        let before = self.learned.len() + self.discovered.len();
+        let fresh = |l: &Listed<K>| l.expires_at.is_none_or(|at| at > now);
+        self.learned.retain(fresh);
+        self.discovered.retain(fresh);
         self.blocked
             .retain(|_, b| matches!(b, Block::Until(t) if *t > now) || *b == Block::Forever);
-        before - self.learned.len()
+        before - self.learned.len() - self.discovered.len()
     }
 
-    /// Every listed alternative (static first, then learned, duplicates
-    /// removed), ignoring expiry: call [`expire`](Self::expire) first.
+    /// Every list of alternatives, in listing order.
+    fn sources(&self) -> impl Iterator<Item = &Listed<K>> {
+        self.fixed
+            .iter()
+            .chain(self.discovered.iter())
+            .chain(self.learned.iter())
+    }
+
+    /// Every listed alternative (static first, then discovered, then
+    /// learned, duplicates removed), ignoring expiry: call
+    /// [`expire`](Self::expire) first.
     pub fn alternatives(&self) -> Vec<&Listed<K>> {
         let mut out: Vec<&Listed<K>> = Vec::new();
-        for l in self.fixed.iter().chain(self.learned.iter()) {
+        for l in self.sources() {
             if !out.iter().any(|o| o.key == l.key) {
                 out.push(l);
             }
@@ -179,10 +206,7 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
 
     /// Whether `key` is listed as an alternative.
     pub fn is_listed(&self, key: &K) -> bool {
-        self.fixed
-            .iter()
-            .chain(self.learned.iter())
-            .any(|l| &l.key == key)
+        self.sources().any(|l| &l.key == key)
     }
 
     /// Whether `key` is blocked at `now`.
@@ -393,5 +417,36 @@ mod tests {
         assert_eq!(keys, ["a:1", "b:1"]);
         c.set_learned(Vec::new());
         assert_eq!(c.alternatives().len(), 1, "clear keeps the static list");
+    }
+
+    #[test]
+    fn discovered_sit_between_static_and_learned_and_expire() {
+        let now = Instant::now();
+        let mut c = choice();
+        c.set_learned(vec![alt("l:1"), alt("d:2")]);
+        c.set_discovered(vec![
+            alt("d:1"),
+            alt("s:1"),
+            alt("d:2").expires(now + Duration::from_secs(5)),
+        ]);
+        c.set_static(vec![alt("s:1")]);
+        let keys: Vec<_> = c.alternatives().iter().map(|l| l.key).collect();
+        assert_eq!(
+            keys,
+            ["s:1", "d:1", "d:2", "l:1"],
+            "each once, at its first place"
+        );
+        assert_eq!(c.pick(now, &["s:1"]), Some("d:1"));
+        assert!(c.is_listed(&"d:1"));
+
+        // The discovered d:2 expires; the learned d:2 still lists it.
+        assert_eq!(c.expire(now + Duration::from_secs(5)), 1);
+        let keys: Vec<_> = c.alternatives().iter().map(|l| l.key).collect();
+        assert_eq!(keys, ["s:1", "d:1", "l:1", "d:2"]);
+
+        c.set_discovered(Vec::new());
+        assert!(!c.is_listed(&"d:1"), "an empty list drops them");
+        let keys: Vec<_> = c.alternatives().iter().map(|l| l.key).collect();
+        assert_eq!(keys, ["s:1", "l:1", "d:2"]);
     }
 }

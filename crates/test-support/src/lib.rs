@@ -5,6 +5,8 @@
 //!   certificates, and turns them into rustls configurations.
 //! - [`standin`]: a stand-in Kubernetes API server (real TLS, HTTP/1.1 and
 //!   HTTP/2, flippable `/readyz`, optional client-certificate auth, `Alt-Svc`).
+//! - [`fixture_api`]: a fixture Kubernetes API (an in-memory store with
+//!   list and watch by `resourceVersion`) that stand-ins can mount.
 //! - [`client`]: a small HTTPS client that reports which server answered.
 //! - [`peers`]: launchers for real third-party peers (HAProxy, nginx, etcd) and
 //!   helpers for ports and process memory.
@@ -15,10 +17,12 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod fixture_api;
 pub mod peers;
 pub mod pki;
 pub mod standin;
 
 pub use client::{https_get, https_get_with_config, Response};
+pub use fixture_api::{FixtureApi, FixtureServer};
 pub use pki::{Ca, Issued};
 pub use standin::{serve_forever, StandinConfig, StandinServer};

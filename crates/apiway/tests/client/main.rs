@@ -3,7 +3,9 @@
 //! `Alt-Svc`: the endpoint in use is killed (resets, refused connects) or
 //! SIGSTOPped (a hung server) during a stream of GETs, on the HTTP/2 path
 //! and on kube's own HTTP/1.1 stack over the client's dialer, and the
-//! requests lost are counted.
+//! requests lost are counted; and a kube-rs watcher on pods, served from
+//! one fixture API behind the stand-ins, resumes on another endpoint.
 
 mod gets;
 mod support;
+mod watch;

@@ -15,6 +15,7 @@
 //! | `/version` | Kubernetes-style version JSON (`gitVersion: v1.31.0-apiway-standin`) |
 //! | `/stream?bytes=N` | N bytes; the byte at offset `i` is [`pattern_byte`]`(i)` |
 //! | `/echo` (POST) | the request body, streamed back |
+//! | `/api`, `/api/...`, `/apis`, `/apis/...` with [`StandinConfig::with_api_upstream`] | the upstream's answer, streamed (see [`crate::fixture_api`]) |
 //! | anything else | 200 JSON: `server`, `path`, `query`, `method`, `version`, `client_cn`, `client_organizations`, `sni`, `alpn`, `peer`, `authority` (HTTP/2 `:authority`, or an absolute-form URI's), `alt_used` (the `Alt-Used` header), `authorization` (the header, as sent: test credentials only) |
 //!
 //! Every response carries `x-apiway-standin: <name>`, and `Alt-Svc` when
@@ -25,6 +26,7 @@
 
 mod pattern;
 mod routes;
+mod upstream;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -67,6 +69,10 @@ pub struct StandinConfig {
     pub client_ca_pem: Option<String>,
     /// Value of an `Alt-Svc` header added to every response.
     pub alt_svc: Option<String>,
+    /// `http://host:port` of a Kubernetes API (usually a
+    /// [`FixtureApi`](crate::fixture_api::FixtureApi)) that answers every
+    /// `/api`, `/api/...`, `/apis` and `/apis/...` request, streamed.
+    pub api_upstream: Option<String>,
 }
 
 impl StandinConfig {
@@ -78,7 +84,16 @@ impl StandinConfig {
             server_cert,
             client_ca_pem: None,
             alt_svc: None,
+            api_upstream: None,
         }
+    }
+
+    /// Forwards the Kubernetes API paths to `url` (`http://host:port`),
+    /// like kube-apiserver in front of etcd: several stand-ins can share
+    /// one store.
+    pub fn with_api_upstream(mut self, url: impl Into<String>) -> Self {
+        self.api_upstream = Some(url.into());
+        self
     }
 
     /// Requires client certificates signed by `ca`.
@@ -121,6 +136,7 @@ struct Shared {
     name: String,
     name_header: HeaderValue,
     alt_svc: Option<HeaderValue>,
+    api_upstream: Option<http::uri::Authority>,
     ready: AtomicBool,
     requests: AtomicU64,
     open: AtomicUsize,
@@ -169,6 +185,10 @@ impl StandinServer {
             ),
             None => None,
         };
+        let api_upstream = match &config.api_upstream {
+            Some(url) => Some(upstream::parse_upstream(url).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("stand-in {:?}: binding {}", config.name, config.listen))?;
@@ -177,6 +197,7 @@ impl StandinServer {
             name: config.name,
             name_header,
             alt_svc,
+            api_upstream,
             ready: AtomicBool::new(true),
             requests: AtomicU64::new(0),
             open: AtomicUsize::new(0),

@@ -19,8 +19,8 @@ use super::Shared;
 
 /// Error type of response bodies: only `/echo` can fail (the client's
 /// request body breaking off).
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type Body = BoxBody<Bytes, BoxError>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
 
 /// Largest `/stream?bytes=N` accepted (1 TiB): enough for any benchmark.
 const MAX_STREAM_BYTES: u64 = 1 << 40;
@@ -76,7 +76,12 @@ pub(crate) async fn handle(
     conn: Arc<ConnectionInfo>,
 ) -> Result<Response<Body>, Infallible> {
     shared.requests.fetch_add(1, Ordering::SeqCst);
-    let mut response = route(req, &shared, &conn);
+    let mut response = match &shared.api_upstream {
+        Some(upstream) if super::upstream::is_api_path(req.uri().path()) => {
+            super::upstream::forward(req, upstream).await
+        }
+        _ => route(req, &shared, &conn),
+    };
     let headers = response.headers_mut();
     headers.insert("x-apiway-standin", shared.name_header.clone());
     if let Some(alt_svc) = &shared.alt_svc {
