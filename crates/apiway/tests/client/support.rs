@@ -63,11 +63,9 @@ impl Standins {
             processes.push(
                 StandinProcess::start_with_args(
                     Path::new(env!("CARGO_BIN_EXE_apiway")),
-                    &format!("apiserver-{i}"),
                     listen,
                     &cert,
-                    None,
-                    None,
+                    &format!("apiserver-{i}"),
                     &args,
                 )
                 .await?,

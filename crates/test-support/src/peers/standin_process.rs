@@ -17,6 +17,13 @@ use crate::pki::{Ca, Issued};
 /// How long the stand-in gets to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The optional parts of an `apiway standin` command line.
+struct Launch<'a> {
+    client_ca: Option<&'a Ca>,
+    netns: Option<&'a str>,
+    extra_args: &'a [String],
+}
+
 /// A running `apiway standin`, optionally inside a network namespace
 /// (`ip netns exec NS`); killed on drop.
 pub struct StandinProcess {
@@ -59,20 +66,43 @@ impl StandinProcess {
         client_ca: Option<&Ca>,
         netns: Option<&str>,
     ) -> Result<StandinProcess> {
-        StandinProcess::start_with_args(apiway, name, listen, cert, client_ca, netns, &[]).await
+        let launch = Launch {
+            client_ca,
+            netns,
+            extra_args: &[],
+        };
+        StandinProcess::launch(apiway, name, listen, cert, launch).await
     }
 
-    /// [`start_with_client_ca`](Self::start_with_client_ca), passing
-    /// `extra_args` to `apiway standin` as well (e.g. `--alt-svc VALUE`).
+    /// [`start`](Self::start) on the host, passing `extra_args` to `apiway
+    /// standin` (e.g. `--alt-svc VALUE`, `--api-upstream URL`).
     pub async fn start_with_args(
+        apiway: &Path,
+        listen: SocketAddr,
+        cert: &Issued,
+        name: &str,
+        extra_args: &[String],
+    ) -> Result<StandinProcess> {
+        let launch = Launch {
+            client_ca: None,
+            netns: None,
+            extra_args,
+        };
+        StandinProcess::launch(apiway, name, listen, cert, launch).await
+    }
+
+    async fn launch(
         apiway: &Path,
         name: &str,
         listen: SocketAddr,
         cert: &Issued,
-        client_ca: Option<&Ca>,
-        netns: Option<&str>,
-        extra_args: &[String],
+        launch: Launch<'_>,
     ) -> Result<StandinProcess> {
+        let Launch {
+            client_ca,
+            netns,
+            extra_args,
+        } = launch;
         let dir = tempfile::Builder::new()
             .prefix("apiway-standin-")
             .tempdir()
