@@ -24,11 +24,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use apiway_client::{Client, ClientConfig};
-use futures_util::TryStreamExt;
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::Api;
 
 /// How kube's requests reach the API server.
@@ -99,10 +100,20 @@ async fn main() -> Result<()> {
         Api::namespaced(kube, &namespace)
     };
 
-    let mut events = std::pin::pin!(watcher::watcher(pods, watcher::Config::default()));
+    // The watcher starts a failed watch again (after a back-off), from
+    // the last resourceVersion it saw; its errors are printed, not fatal.
+    let mut events =
+        std::pin::pin!(watcher::watcher(pods, watcher::Config::default()).default_backoff());
     let mut seen = 0;
-    while let Some(event) = events.try_next().await? {
+    while let Some(event) = events.next().await {
         let endpoint = client.endpoint_in_use().unwrap_or_else(|| "-".into());
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                println!("error      {e} (the watch starts again)");
+                continue;
+            }
+        };
         let (kind, pod) = match &event {
             Event::Init => ("init", None),
             Event::InitApply(pod) => ("listed", Some(pod)),
