@@ -29,12 +29,12 @@ fi
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 echo "==> tests"
 if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --workspace --locked --no-fail-fast
+    cargo nextest run --workspace --all-features --locked --no-fail-fast
 else
-    cargo test --workspace --locked --no-fail-fast
+    cargo test --workspace --all-features --locked --no-fail-fast
 fi
 if [ "${FUZZ_SECONDS:-15}" != 0 ]; then
     echo "==> fuzz smoke (${FUZZ_SECONDS:-15}s per target)"

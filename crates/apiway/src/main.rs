@@ -73,6 +73,11 @@ enum Role {
         /// Require client certificates signed by this CA (PEM).
         #[arg(long)]
         client_ca: Option<PathBuf>,
+        /// Add `Alt-Svc: VALUE` to every response, e.g.
+        /// `h2="127.0.0.2:6443"; ma=60`, as is (for odd values; --advertise
+        /// renders them) [default: none].
+        #[arg(long, value_name = "VALUE", conflicts_with = "advertise")]
+        alt_svc: Option<String>,
         /// Forward /api and /apis requests to this Kubernetes API
         /// (http://host:port, e.g. a test's fixture API), streaming the
         /// answers; without it those paths get the stand-in's JSON report.
@@ -310,6 +315,7 @@ fn main() -> std::process::ExitCode {
                 cert,
                 key,
                 client_ca,
+                alt_svc,
                 api_upstream,
                 advertise,
             } => {
@@ -320,6 +326,9 @@ fn main() -> std::process::ExitCode {
                     &key,
                     client_ca.as_deref(),
                 )?;
+                if let Some(value) = alt_svc {
+                    config = config.with_alt_svc(value);
+                }
                 config.api_upstream = api_upstream;
                 if let Some(advertiser) = advertise.advertiser() {
                     config = config.with_advertiser(advertiser);

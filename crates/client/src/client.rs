@@ -83,9 +83,10 @@ impl Client {
     /// [`ClientConfig::endpoint_slice_discovery`], discovery starts now
     /// when called inside a tokio runtime, else at the first request.
     pub fn new(config: ClientConfig) -> Result<Client, Error> {
-        let origin_host = match &config.origin.host {
-            Host::Ip(ip) => ip.to_string(),
-            Host::Name(name) => name.clone(),
+        let origin_host = match (&config.origin_server_name, &config.origin.host) {
+            (Some(name), _) => name.clone(),
+            (None, Host::Ip(ip)) => ip.to_string(),
+            (None, Host::Name(name)) => name.clone(),
         };
         let origin_target = Target {
             server_name: server_name(&origin_host)?,
@@ -218,13 +219,7 @@ impl Client {
         let mut attempts: Vec<Attempt> = Vec::new();
         let mut redialed = false;
         loop {
-            let now = Instant::now();
-            let picked = {
-                let mut state = self.state();
-                state.choice.expire(now);
-                state.choice.pick(now, &tried)
-            };
-            let Some(key) = picked else {
+            let Some(key) = self.pick(&tried) else {
                 return Err(Error::Unreachable { attempts });
             };
             tried.push(key.clone());
@@ -326,6 +321,28 @@ impl Client {
         }
     }
 
+    /// The best endpoint not in `tried`, once expired alternatives are gone.
+    pub(crate) fn pick(&self, tried: &[Address]) -> Option<Address> {
+        let now = Instant::now();
+        let mut state = self.state();
+        state.choice.expire(now);
+        state.choice.pick(now, tried)
+    }
+
+    /// core's endpoint for `key` (resolution and dialing), made on first use.
+    pub(crate) fn endpoint(&self, key: &Address) -> Arc<Endpoint> {
+        self.state()
+            .endpoints
+            .entry(key.clone())
+            .or_insert_with(|| Arc::new(Endpoint::new(key.clone(), BackendHandles::default())))
+            .clone()
+    }
+
+    /// The client's settings.
+    pub(crate) fn config(&self) -> &ClientConfig {
+        &self.inner.config
+    }
+
     fn target(&self, key: &Address, alternative: bool) -> Result<Target, Error> {
         if !alternative {
             return Ok(self.inner.origin_target.clone());
@@ -353,7 +370,7 @@ impl Client {
         target: &Target,
         alternative: bool,
     ) -> Result<(SendRequest<Body>, bool), crate::connect::ConnectError> {
-        let endpoint = {
+        {
             let mut state = self.state();
             if let Some(sender) = state.connections.get(key) {
                 if !sender.is_closed() {
@@ -361,12 +378,8 @@ impl Client {
                 }
                 state.connections.remove(key);
             }
-            state
-                .endpoints
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(Endpoint::new(key.clone(), BackendHandles::default())))
-                .clone()
-        };
+        }
+        let endpoint = self.endpoint(key);
         let sender = self
             .inner
             .dialer
@@ -389,7 +402,9 @@ impl Client {
         }
     }
 
-    fn fail(
+    /// Records that `key` failed (`kind` is the metric's reason label):
+    /// drops its connection, blocks it, and adds an [`Attempt`].
+    pub(crate) fn fail(
         &self,
         key: &Address,
         failure: Failure,
@@ -446,7 +461,13 @@ impl Client {
     }
 
     fn succeeded(&self, key: &Address, response: &Response<Incoming>, moved: bool) {
-        let now = Instant::now();
+        self.record_success(key, moved);
+        self.learn_alternatives(response.headers());
+    }
+
+    /// Records that `key` answered (after a failed attempt elsewhere when
+    /// `moved`): it becomes the endpoint in use.
+    pub(crate) fn record_success(&self, key: &Address, moved: bool) {
         let metrics = &self.inner.config.metrics;
         if moved {
             metrics
@@ -468,6 +489,7 @@ impl Client {
                 .get_or_create(&self.endpoint_labels(key))
                 .set(1);
         }
+        let now = Instant::now();
         let was_blocked = state.choice.is_blocked(key, now);
         state.choice.record_success(key);
         if was_blocked && !state.choice.is_blocked(key, now) {
@@ -476,14 +498,19 @@ impl Client {
                 .get_or_create(&self.endpoint_labels(key))
                 .set(0.0);
         }
-        if !self.inner.config.learn_alt_svc
-            || !response.headers().contains_key(http::header::ALT_SVC)
-        {
+    }
+
+    /// Learns alternatives from the `Alt-Svc` header of a response, if
+    /// learning is on and the header is there.
+    pub(crate) fn learn_alternatives(&self, headers: &http::HeaderMap) {
+        if !self.inner.config.learn_alt_svc || !headers.contains_key(http::header::ALT_SVC) {
             return;
         }
+        let now = Instant::now();
+        let mut state = self.state();
         let previous = known_locality(&state.choice);
         let learned = learn::from_headers(
-            response.headers(),
+            headers,
             &self.inner.config.origin,
             now,
             self.inner.config.max_age,

@@ -22,6 +22,9 @@ pub struct ClientConfig {
     /// The TLS settings: trusted roots and client certificate. ALPN is set
     /// to `h2` by the client whatever this says.
     pub tls: Arc<rustls::ClientConfig>,
+    /// TLS server name on the origin (default `None`: the origin's host),
+    /// like kubeconfig's `tls-server-name`.
+    pub origin_server_name: Option<String>,
     /// Alternatives that are always listed (`alternative_hosts`); they do
     /// not expire.
     pub alternative_hosts: Vec<Address>,
@@ -67,6 +70,7 @@ impl ClientConfig {
         Ok(ClientConfig {
             origin: parse_origin(origin)?,
             tls,
+            origin_server_name: None,
             alternative_hosts: Vec::new(),
             alternative_server_name: DEFAULT_ALTERNATIVE_SERVER_NAME.to_owned(),
             learn_alt_svc: true,

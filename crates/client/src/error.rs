@@ -49,6 +49,10 @@ pub enum Error {
     /// The bearer token holds characters a header cannot carry.
     #[error("the bearer token cannot be sent in an Authorization header")]
     InvalidToken,
+    /// A `kube::Config` asks for something the client cannot do (feature
+    /// `kube`): the reason names the setting and what to do instead.
+    #[error("kube config: {0}")]
+    KubeConfig(String),
     /// The request cannot be sent as given (its URI has no path, a header
     /// cannot be carried over HTTP/2, ...).
     #[error("invalid request: {0}")]

@@ -1,11 +1,15 @@
-//! kube-rs integration (feature `kube`): the [`Client`] as the tower
-//! service under a `kube::Client`, so a controller's requests (lists,
-//! watches, writes) get the client's endpoint choice, failover and retry
-//! rules.
+//! The HTTP/2 path for kube-rs (feature `kube`): the [`Client`] as the
+//! tower service under a `kube::Client`, so a controller's requests
+//! (lists, watches, writes) get the client's endpoint choice, `/readyz`
+//! checks, failover and retry rules.
 //!
 //! ```no_run
-//! # async fn run(client: apiway_client::Client) -> Result<(), kube::Error> {
-//! let kube = client.kube_client("default");
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use apiway_client::{Client, ClientConfig};
+//!
+//! let kube_config = kube::Config::infer().await?;
+//! let client = Client::new(ClientConfig::from_kube_config(&kube_config)?)?;
+//! let kube = client.kube_client(&kube_config.default_namespace);
 //! let version = kube.apiserver_version().await?;
 //! println!("{}", version.git_version);
 //! # Ok(())
@@ -14,14 +18,20 @@
 //!
 //! What kube-rs sees is an HTTP/2 connection per endpoint, with PING
 //! keepalive: a hung server is left within about twice
-//! [`ClientConfig::keepalive`](crate::ClientConfig::keepalive). HTTP/2
-//! cannot carry the HTTP/1.1 upgrades that `exec`, `attach` and
+//! [`ClientConfig::keepalive`](crate::ClientConfig::keepalive), and a GET
+//! (a list, or a watch before its response headers) moves to the next
+//! endpoint by itself; a watch whose stream breaks off ends with an error
+//! and kube's `watcher` starts it again, on the next endpoint.
+//!
+//! HTTP/2 cannot carry the HTTP/1.1 upgrades that `exec`, `attach` and
 //! `port-forward` use; those do not work through this service.
 //! Authentication is the TLS client certificate of
 //! [`ClientConfig::tls`](crate::ClientConfig::tls) or a fixed token
-//! ([`ClientConfig::with_bearer_token`](crate::ClientConfig::with_bearer_token)):
-//! kube's own auth layers (token files, exec plugins) apply only to
-//! clients built from a `kube::Config`, not to `kube::Client::new`.
+//! ([`ClientConfig::with_bearer_token`](crate::ClientConfig::with_bearer_token),
+//! or what [`ClientConfig::from_kube_config`](crate::ClientConfig::from_kube_config)
+//! read): kube's own auth layers (token file re-reads, exec plugins) apply
+//! only to kube's own stack. For those, use the HTTP/1.1 path,
+//! [`crate::kube_connector`].
 
 use std::future::Future;
 use std::pin::Pin;

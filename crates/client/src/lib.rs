@@ -82,9 +82,24 @@
 //! at the slice's `https` port; they change with each watch event and
 //! never expire while discovery works.
 //!
+//! # kube-rs (feature `kube`)
+//!
+//! Two ways under a `kube::Client`, both sharing one [`Client`]'s
+//! endpoints, blocks and metrics, both set up from a `kube::Config` with
+//! [`ClientConfig::from_kube_config`]:
+//!
+//! - [`Client::kube_client`] ([`kube_service`]): HTTP/2 through this
+//!   client, with everything above (`/readyz` checks, PING, safe retries,
+//!   `kubernetes.default` on alternatives); no exec plugins, no upgrades.
+//! - [`Client::http1_kube_client`] ([`kube_connector`]): kube's own
+//!   HTTP/1.1 stack, TLS and auth, with this client only choosing where
+//!   each connection goes.
+//!
+//! `examples/watch_pods.rs` lists and watches pods through either.
+//!
 //! # Not built yet
 //!
-//! The kube-rs integration, `apiway endpoints`: see the README.
+//! `apiway endpoints`: see the README.
 //!
 //! # The server side
 //!
@@ -101,6 +116,10 @@ mod connect;
 pub mod discovery;
 mod error;
 #[cfg(feature = "kube")]
+mod kube_config;
+#[cfg(feature = "kube")]
+pub mod kube_connector;
+#[cfg(feature = "kube")]
 pub mod kube_service;
 mod learn;
 mod metrics;
@@ -110,6 +129,8 @@ pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus, ProbeReport, Stage, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
 pub use error::{Attempt, Error};
+#[cfg(feature = "kube")]
+pub use kube_connector::{EndpointStream, KubeConnector};
 #[cfg(feature = "kube")]
 pub use kube_service::KubeService;
 pub use metrics::{

@@ -28,8 +28,11 @@ pub struct FailureLabels {
     pub endpoint: String,
     /// `connect`, `tls`, `certificate`, `no_h2`, `http2`, `not_ready`,
     /// `timeout` (before the request was sent), `request` (while sending
-    /// it or waiting for the answer) or `body` (the response body broke
-    /// off, seen by `Client::fetch`).
+    /// it or waiting for the answer), `body` (the response body broke
+    /// off, seen by `Client::fetch`); on the HTTP/1.1 path of
+    /// `kube_connector`, also `silent` (the connection was dropped before
+    /// the server sent a byte), `unanswered` (dropped while a request
+    /// waited for its answer) and `read` (reading from it failed).
     pub reason: &'static str,
 }
 
