@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod demo;
+mod endpoints;
 
 /// Keeps Kubernetes components connected to their API servers, and lets one
 /// load balancer serve many API servers.
@@ -55,6 +56,12 @@ enum Role {
     /// servers for two clusters; shows routing by SNI and health-check
     /// ejection, then exits.
     Demo,
+    /// What apiway-client sees for a kubeconfig's cluster: the origin, the
+    /// alternatives from --alternative-hosts, `Alt-Svc` and the
+    /// `default/kubernetes` EndpointSlices, each probed (connect, verified
+    /// TLS, /readyz, latency), with blocks and the endpoint a request would
+    /// take. Exits 1 when that endpoint failed its probe.
+    Endpoints(endpoints::EndpointsArgs),
     /// Run a stand-in Kubernetes API server (real TLS, HTTP/1.1 and HTTP/2,
     /// /readyz, /version) for trying things out and for tests.
     Standin {
@@ -270,10 +277,11 @@ fn init_logging(format: LogFormat, level: &str) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.role, Role::Demo) {
-        "warn"
-    } else {
-        "info"
+    let default_level = match cli.role {
+        Role::Demo => "warn",
+        // Failed probes are in the output already.
+        Role::Endpoints(_) => "error",
+        _ => "info",
     };
     init_logging(
         cli.log_format,
@@ -309,6 +317,7 @@ fn main() -> std::process::ExitCode {
                 apiway_agent::Agent::run(config, flags).await
             }
             Role::Demo => demo::run().await,
+            Role::Endpoints(args) => endpoints::run(args).await,
             Role::Standin {
                 name,
                 listen,

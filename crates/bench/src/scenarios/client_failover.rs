@@ -60,10 +60,7 @@ async fn trial(
     phase: Duration,
 ) -> Result<Outcome> {
     let apiway = settings.lineup.apiway.as_path();
-    let cert = ca.issue_server(
-        &["kubernetes.default"],
-        &[IpAddr::V4(Ipv4Addr::LOCALHOST)],
-    )?;
+    let cert = ca.issue_server(&["kubernetes.default"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)])?;
     let mut standins = Vec::new();
     for i in 2..=4 {
         let listen = SocketAddr::from((Ipv4Addr::new(127, 0, 0, i), 0));
@@ -111,7 +108,8 @@ pub fn apiway_kube(ca: &Ca, origin: &str, alternatives: &str) -> Result<kube::Cl
 pub async fn whoami(client: kube::Client) -> Result<String> {
     let request = http::Request::get("/apis/bench/whoami").body(Vec::new())?;
     let text = client.request_text(request).await?;
-    let report: serde_json::Value = serde_json::from_str(&text).context("the answer is not JSON")?;
+    let report: serde_json::Value =
+        serde_json::from_str(&text).context("the answer is not JSON")?;
     report["server"]
         .as_str()
         .map(str::to_owned)

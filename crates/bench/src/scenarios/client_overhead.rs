@@ -37,10 +37,12 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         bail!("client_overhead compares apiway and direct; --contenders has neither");
     }
     let ca = Ca::new("apiway bench CA")?;
-    let cert = ca.issue_server(&["kubernetes.default"], &[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))])?;
+    let cert = ca.issue_server(
+        &["kubernetes.default"],
+        &[IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))],
+    )?;
     let listen = SocketAddr::from((Ipv4Addr::new(127, 0, 0, 2), 0));
-    let standin =
-        StandinProcess::start(&settings.lineup.apiway, "s2", listen, &cert, None).await?;
+    let standin = StandinProcess::start(&settings.lineup.apiway, "s2", listen, &cert, None).await?;
     let origin = format!("https://{}", standin.addr());
 
     let mut latency = Row::new(
