@@ -6,6 +6,7 @@
 //! requests lost are counted; and a kube-rs watcher on pods, served from
 //! one fixture API behind the stand-ins, resumes on another endpoint.
 
+mod endpoints;
 mod gets;
 mod support;
 mod watch;
