@@ -19,7 +19,7 @@ use apiway_test_support::peers::StandinProcess;
 use apiway_test_support::pki::Ca;
 use tokio::time::Instant;
 
-use super::client_failover::{apiway_kube, plain_kube, whoami};
+use super::client_failover::{apiway_kube, plain_kube, whoami, Path};
 use super::{list, median, rotated, Settings};
 use crate::lineup::{process_cpu_time, Contender};
 use crate::report::{Better, Row, ScenarioReport, Target};
@@ -45,37 +45,31 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
     let standin = StandinProcess::start(&settings.lineup.apiway, "s2", listen, &cert, None).await?;
     let origin = format!("https://{}", standin.addr());
 
-    let mut latency = Row::new(
-        "client_overhead",
-        "GET latency, one at a time",
-        "µs",
-        Better::Lower,
-        0,
-    )
-    .target(Target::RatioAtMost(Contender::Direct, 1.05));
-    let mut rate = Row::new(
-        "client_overhead",
-        &format!("GETs/s, {CONCURRENCY} concurrent"),
-        "req/s",
-        Better::Higher,
-        0,
-    );
-    let mut cpu = Row::new(
-        "client_overhead",
-        "client CPU per GET, one at a time",
-        "µs",
-        Better::Lower,
-        0,
-    );
-    let mut samples: Vec<(Contender, [Vec<f64>; 3])> = contenders
-        .iter()
-        .map(|c| (*c, [Vec::new(), Vec::new(), Vec::new()]))
-        .collect();
+    // The plain client, then apiway-client on each of its kube-rs paths.
+    let sides: Vec<(&str, Option<Path>)> = [
+        ("plain", None),
+        ("h2", Some(Path::H2)),
+        ("http1", Some(Path::Http1)),
+    ]
+    .into_iter()
+    .filter(|(_, path)| {
+        let c = if path.is_some() {
+            Contender::Apiway
+        } else {
+            Contender::Direct
+        };
+        contenders.contains(&c)
+    })
+    .collect();
+    // Per side: µs per GET, GETs/s concurrent, CPU µs per GET.
+    let mut samples: Vec<[Vec<f64>; 3]> = sides.iter().map(|_| Default::default()).collect();
     for round in 0..settings.rounds {
-        for c in rotated(&contenders, round) {
-            let client = match c {
-                Contender::Apiway => apiway_kube(&ca, &origin, "")?,
-                _ => plain_kube(&ca, &origin)?,
+        let order: Vec<usize> = (0..sides.len()).collect();
+        for i in rotated(&order, round) {
+            let (label, path) = sides[i];
+            let client = match path {
+                Some(path) => apiway_kube(&ca, &origin, "", path)?,
+                None => plain_kube(&ca, &origin)?,
             };
             for _ in 0..100 {
                 whoami(client.clone()).await?;
@@ -112,38 +106,67 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
 
             let per = |d: Duration| d.as_secs_f64() * 1e6 / f64::from(n.max(1));
             eprintln!(
-                "  client_overhead {:>7} round {}: {:.0} µs/GET, {:.0} GETs/s concurrent, {:.0} µs CPU/GET",
-                c.label(),
+                "  client_overhead {label:>5} round {}: {:.0} µs/GET, {:.0} GETs/s concurrent, {:.0} µs CPU/GET",
                 round + 1,
                 per(elapsed),
                 concurrent_rate,
                 per(cpu_used)
             );
-            if let Some((_, s)) = samples.iter_mut().find(|(k, _)| *k == c) {
-                s[0].push(per(elapsed));
-                s[1].push(concurrent_rate);
-                s[2].push(per(cpu_used));
-            }
+            samples[i][0].push(per(elapsed));
+            samples[i][1].push(concurrent_rate);
+            samples[i][2].push(per(cpu_used));
         }
     }
     let mut report = ScenarioReport::default();
-    for (c, [l, r, u]) in &samples {
-        if let (Some(l), Some(r), Some(u)) = (median(l), median(r), median(u)) {
-            latency.set(*c, l);
-            rate.set(*c, r);
-            cpu.set(*c, u);
-        }
+    let plain = sides.iter().position(|(_, path)| path.is_none());
+    for (i, (label, path)) in sides.iter().enumerate() {
         report.notes.push(format!(
-            "client_overhead {}: µs/GET {}; GETs/s {}; CPU µs/GET {} (per round)",
-            c.label(),
-            list(l, 0),
-            list(r, 0),
-            list(u, 0)
+            "client_overhead {label}: µs/GET {}; GETs/s {}; CPU µs/GET {} (per round)",
+            list(&samples[i][0], 0),
+            list(&samples[i][1], 0),
+            list(&samples[i][2], 0)
         ));
+        let Some(path) = path else { continue };
+        let name = match path {
+            Path::H2 => "HTTP/2 service",
+            Path::Http1 => "HTTP/1.1 connector",
+        };
+        let rows = [
+            Row::new(
+                "client_overhead",
+                &format!("GET latency, one at a time ({name})"),
+                "µs",
+                Better::Lower,
+                0,
+            )
+            .target(Target::RatioAtMost(Contender::Direct, 1.05)),
+            Row::new(
+                "client_overhead",
+                &format!("GETs/s, {CONCURRENCY} concurrent ({name})"),
+                "req/s",
+                Better::Higher,
+                0,
+            ),
+            Row::new(
+                "client_overhead",
+                &format!("client CPU per GET, one at a time ({name})"),
+                "µs",
+                Better::Lower,
+                0,
+            ),
+        ];
+        for (k, mut row) in rows.into_iter().enumerate() {
+            if let Some(v) = median(&samples[i][k]) {
+                row.set(Contender::Apiway, v);
+            }
+            if let Some(v) = plain.and_then(|p| median(&samples[p][k])) {
+                row.set(Contender::Direct, v);
+            }
+            report.rows.push(row);
+        }
     }
-    report.rows = vec![latency, rate, cpu];
     report.notes.push(format!(
-        "client_overhead: one `apiway standin` process; apiway = kube::Client over apiway-client (HTTP/2, one connection, origin = the stand-in, no alternatives); direct = plain kube::Client from a kube::Config (kube's hyper HTTP/1.1 pool); `GET /apis/bench/whoami` (a ~400-byte JSON answer) one at a time for {} s, then {CONCURRENCY} loops for {} s, per round; CPU = this process (the client side) over the sequential part, 10 ms ticks",
+        "client_overhead: one `apiway standin` process; apiway = kube::Client over apiway-client (origin = the stand-in, no alternatives) on its HTTP/2 service (one connection) or under kube's own HTTP/1.1 stack (Client::http1_kube_client); direct = plain kube::Client from a kube::Config (kube's hyper HTTP/1.1 pool); `GET /apis/bench/whoami` (a ~400-byte JSON answer) one at a time for {} s, then {CONCURRENCY} loops for {} s, per round; CPU = this process (the client side) over the sequential part, 10 ms ticks",
         settings.trial.as_secs_f64(),
         settings.trial.as_secs_f64(),
     ));

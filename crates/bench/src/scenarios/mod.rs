@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::lineup::{Contender, LineupOptions};
+use crate::lineup::LineupOptions;
 
 pub mod agent_failover;
 pub mod client_failover;
@@ -78,10 +78,10 @@ impl Settings {
     }
 }
 
-/// The contenders in round `round`'s order: rotated, so no contender is
-/// always first (cold) or last.
-pub fn rotated(contenders: &[Contender], round: usize) -> Vec<Contender> {
-    let mut order = contenders.to_vec();
+/// `items` (contenders, clients) in round `round`'s order: rotated, so
+/// none is always first (cold) or last.
+pub fn rotated<T: Clone>(items: &[T], round: usize) -> Vec<T> {
+    let mut order = items.to_vec();
     if !order.is_empty() {
         let shift = round % order.len();
         order.rotate_left(shift);
@@ -122,6 +122,7 @@ pub fn list(values: &[f64], decimals: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lineup::Contender;
 
     #[test]
     fn rotation_moves_the_first_contender() {
