@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use apiway_client::{Client, ClientConfig};
-use apiway_test_support::peers::{free_port, StandinProcess};
-use apiway_test_support::{pki, Ca};
+use apiway_test_support::peers::StandinProcess;
+use apiway_test_support::{pki, Ca, Issued};
 
 /// Where the stand-ins listen; the first is also the origin (the address
 /// a kubeconfig would name).
@@ -44,12 +44,38 @@ pub struct Standins {
 }
 
 impl Standins {
-    /// Starts the three, passing `extra_args` to each.
+    /// Starts the three, passing `extra_args` to each. The port is picked
+    /// before the stand-ins bind it, so another test may take it in
+    /// between: a start that fails is tried again on another port.
     pub async fn start(extra_args: &[String]) -> Result<Standins> {
         let ca = Ca::new("apiway client e2e CA")?;
         let ips: Vec<IpAddr> = IPS.iter().copied().map(IpAddr::V4).collect();
         let cert = ca.issue_server(&["kubernetes.default"], &ips)?;
-        let port = free_port()?;
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            match Standins::start_on_free_port(&cert, extra_args).await {
+                Ok((port, processes)) => {
+                    return Ok(Standins {
+                        ca,
+                        port,
+                        processes,
+                    })
+                }
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        bail!("the stand-ins did not start: {failures:?}")
+    }
+
+    async fn start_on_free_port(
+        cert: &Issued,
+        extra_args: &[String],
+    ) -> Result<(u16, Vec<StandinProcess>)> {
+        // Free on the first address; the kernel hands out ports in a
+        // cycle, so rarely taken on the others.
+        let port = std::net::TcpListener::bind((IPS[0], 0))?
+            .local_addr()?
+            .port();
         let alt_svc = IPS
             .iter()
             .map(|ip| format!("h2=\"{ip}:{port}\"; ma=60"))
@@ -66,7 +92,7 @@ impl Standins {
                     Path::new(env!("CARGO_BIN_EXE_apiway")),
                     &format!("apiserver-{i}"),
                     listen,
-                    &cert,
+                    cert,
                     None,
                     &args,
                     None,
@@ -74,11 +100,7 @@ impl Standins {
                 .await?,
             );
         }
-        Ok(Standins {
-            ca,
-            port,
-            processes,
-        })
+        Ok((port, processes))
     }
 
     /// `https://127.0.0.2:PORT`.
