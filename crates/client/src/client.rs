@@ -108,12 +108,7 @@ impl Client {
                 .map(|a| Listed::new(a.clone(), is_local(a)))
                 .collect(),
         );
-        let dialer = Dialer::new(
-            &config.tls,
-            config.connect_timeout,
-            config.check_timeout,
-            config.keepalive,
-        );
+        let dialer = Dialer::new(&config);
         let client = Client {
             inner: Arc::new(Inner {
                 config,

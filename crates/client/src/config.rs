@@ -49,11 +49,14 @@ pub struct ClientConfig {
     /// check (default 5 s).
     pub check_timeout: Duration,
     /// HTTP/2 PING interval: a PING goes out when nothing was received
-    /// for this long, on idle and busy connections, and one not answered
-    /// within the same time closes the connection, failing its requests
-    /// over (default 1 s, so a hung server is left within 2 s; a PING is a
-    /// 17-byte frame the server answers without any work).
+    /// for this long, on idle and busy connections (default 1 s; a PING is
+    /// a 17-byte frame the server answers without any work).
     pub keepalive: Duration,
+    /// How long a PING may go unanswered before the connection is closed
+    /// and its requests fail over (default 500 ms, so a hung server is
+    /// left within 1.5 s of its last answer; raise it on links whose round
+    /// trip comes near it).
+    pub keepalive_timeout: Duration,
     /// Where the client counts failures, failovers, blocks and the endpoint
     /// in use (default: fresh families; share one between clients and
     /// register it once).
@@ -80,6 +83,7 @@ impl ClientConfig {
             connect_timeout: Duration::from_secs(2),
             check_timeout: Duration::from_secs(5),
             keepalive: Duration::from_secs(1),
+            keepalive_timeout: Duration::from_millis(500),
             metrics: crate::ClientMetrics::default(),
             headers: http::HeaderMap::new(),
         })

@@ -57,6 +57,7 @@ pub(crate) struct Dialer {
     pub(crate) connect_timeout: Duration,
     pub(crate) check_timeout: Duration,
     pub(crate) keepalive: Duration,
+    pub(crate) keepalive_timeout: Duration,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -65,25 +66,22 @@ impl std::fmt::Debug for Dialer {
             .field("connect_timeout", &self.connect_timeout)
             .field("check_timeout", &self.check_timeout)
             .field("keepalive", &self.keepalive)
+            .field("keepalive_timeout", &self.keepalive_timeout)
             .finish_non_exhaustive()
     }
 }
 
 impl Dialer {
-    /// `tls` with ALPN set to `h2` only.
-    pub(crate) fn new(
-        tls: &rustls::ClientConfig,
-        connect_timeout: Duration,
-        check_timeout: Duration,
-        keepalive: Duration,
-    ) -> Dialer {
-        let mut tls = tls.clone();
+    /// `config`'s TLS with ALPN set to `h2` only, and its timeouts.
+    pub(crate) fn new(config: &crate::ClientConfig) -> Dialer {
+        let mut tls = (*config.tls).clone();
         tls.alpn_protocols = vec![b"h2".to_vec()];
         Dialer {
             tls: TlsConnector::from(Arc::new(tls)),
-            connect_timeout,
-            check_timeout,
-            keepalive,
+            connect_timeout: config.connect_timeout,
+            check_timeout: config.check_timeout,
+            keepalive: config.keepalive,
+            keepalive_timeout: config.keepalive_timeout,
         }
     }
 
@@ -114,7 +112,7 @@ impl Dialer {
             let (mut sender, connection) = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .keep_alive_interval(self.keepalive)
-                .keep_alive_timeout(self.keepalive)
+                .keep_alive_timeout(self.keepalive_timeout)
                 .keep_alive_while_idle(true)
                 .handshake::<_, Body>(TokioIo::new(tls))
                 .await

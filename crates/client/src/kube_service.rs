@@ -17,8 +17,10 @@
 //! ```
 //!
 //! What kube-rs sees is an HTTP/2 connection per endpoint, with PING
-//! keepalive: a hung server is left within about twice
-//! [`ClientConfig::keepalive`](crate::ClientConfig::keepalive), and a GET
+//! keepalive: a hung server is left within
+//! [`ClientConfig::keepalive`](crate::ClientConfig::keepalive) plus
+//! [`ClientConfig::keepalive_timeout`](crate::ClientConfig::keepalive_timeout)
+//! of its last answer (1.5 s by default), and a GET
 //! (a list, or a watch before its response headers) moves to the next
 //! endpoint by itself; a watch whose stream breaks off ends with an error
 //! and kube's `watcher` starts it again, on the next endpoint.
