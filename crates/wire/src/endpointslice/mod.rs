@@ -62,6 +62,7 @@ mod json;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
 /// Longest list body [`decode_list`] reads, in bytes: 4 MiB.
@@ -271,6 +272,24 @@ impl Status {
     /// than the server's history, so the caller must list again.
     pub fn is_expired(&self) -> bool {
         self.code == Some(410)
+    }
+}
+
+impl fmt::Display for Status {
+    /// `code reason: message`, leaving out what was not sent.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let head = match (self.code, &self.reason) {
+            (Some(code), Some(reason)) => format!("{code} {reason}"),
+            (Some(code), None) => code.to_string(),
+            (None, Some(reason)) => reason.clone(),
+            (None, None) => String::new(),
+        };
+        match (head.is_empty(), &self.message) {
+            (true, None) => f.write_str("a Status without code, reason or message"),
+            (true, Some(message)) => f.write_str(message),
+            (false, None) => f.write_str(&head),
+            (false, Some(message)) => write!(f, "{head}: {message}"),
+        }
     }
 }
 

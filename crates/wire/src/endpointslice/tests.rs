@@ -493,6 +493,7 @@ fn a_410_error_event_is_expired() {
     };
     assert!(!status.is_expired());
     assert_eq!(status.code, Some(500));
+    assert_eq!(status.to_string(), "500: boom");
     let bare = decode_event(&event("ERROR", json!({})));
     assert_eq!(
         bare,
