@@ -42,7 +42,7 @@
 //!
 //! The task starts inside the tokio runtime, when the client is made
 //! there or at its first request, and ends when the last clone of the
-//! [`Client`](crate::Client) is dropped: it holds the client only for the
+//! [`Client`] is dropped: it holds the client only for the
 //! length of one request.
 
 use std::collections::BTreeMap;
