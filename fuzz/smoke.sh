@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fuzz smoke test: runs every target in fuzz/fuzz_targets (sni, proxy,
-# altsvc, connect: a new file there is picked up) for FUZZ_SECONDS
-# each (default 20), seeded from crates/wire/testdata/<target>/ when that
-# folder exists, and fails if any target crashes, hangs or runs out of memory.
+# altsvc, connect, connect_response, endpointslice: a new file there is
+# picked up) for FUZZ_SECONDS each (default 20), seeded from
+# crates/wire/testdata/<target>/ when that folder exists, and fails if any
+# target crashes, hangs or runs out of memory.
 #
 #   fuzz/smoke.sh                # every target
 #   FUZZ_SECONDS=120 fuzz/smoke.sh sni

@@ -11,9 +11,11 @@
 //! discovered alternatives:
 //!
 //! - each endpoint whose `conditions.ready` is not `false` is listed at each
-//!   of its IPv4 or IPv6 addresses (`FQDN` slices are skipped), with the
-//!   slice's port named `https`, else its only port (a slice with several
-//!   ports and none named `https` is skipped);
+//!   of its addresses of the slice's family (`IPv4` or `IPv6`; `FQDN`
+//!   slices are skipped), with the slice's port named `https`, else its
+//!   only port (a slice with several ports and none named `https` is
+//!   skipped): [`EndpointSlice::ready_addresses`], where the list and the
+//!   watch events are decoded, in [`apiway_wire::endpointslice`];
 //! - an address on a local interface counts as local, so it is preferred;
 //! - every candidate still passes the TLS and `/readyz` check before its
 //!   first use, like any alternative.
@@ -26,7 +28,8 @@
 //! - `410 Gone` (the `resourceVersion` is too old, as an `ERROR` event or
 //!   as the response status) makes it list again at once;
 //! - any other failure (a list or watch that gets no answer, a status
-//!   other than 200, a body that breaks off or does not parse) is counted
+//!   other than 200, a body that breaks off or does not decode, a watch
+//!   line over [`endpointslice::MAX_EVENT_LEN`]) is counted
 //!   in [`ClientMetrics::discovery_failures`](crate::ClientMetrics::discovery_failures)
 //!   and retried after a back-off of 1 s, doubling to 30 s; a watch body
 //!   that breaks off also blocks the endpoint that served it, like any
@@ -39,19 +42,18 @@
 //!
 //! The task starts inside the tokio runtime, when the client is made
 //! there or at its first request, and ends when the last clone of the
-//! [`Client`](crate::Client) is dropped: it holds the client only for the
+//! [`Client`] is dropped: it holds the client only for the
 //! length of one request.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use apiway_core::endpoint::{Address, Host};
+use apiway_core::endpoint::Address;
+use apiway_wire::endpointslice::{self, EndpointSlice, EndpointSliceError, WatchEvent};
 use bytes::{Bytes, BytesMut};
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -72,79 +74,55 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 const BACKOFF_START: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Longest watch event line accepted; a longer one is a failure (a slice
-/// holds at most 1000 endpoints, far below this).
-const MAX_EVENT_LINE: usize = 16 << 20;
-
 /// The EndpointSlices as last listed or watched.
 #[derive(Debug, Default, PartialEq)]
 pub(crate) struct Slices {
-    by_name: BTreeMap<String, Value>,
+    by_name: BTreeMap<String, EndpointSlice>,
     resource_version: String,
 }
 
 impl Slices {
-    /// Parses a `EndpointSliceList`.
-    pub(crate) fn from_list(body: &[u8]) -> Result<Slices, String> {
-        let list: Value =
-            serde_json::from_slice(body).map_err(|e| format!("the list is not JSON: {e}"))?;
-        let resource_version = list["metadata"]["resourceVersion"]
-            .as_str()
-            .ok_or("the list has no metadata.resourceVersion")?
-            .to_owned();
-        let items = list["items"].as_array().ok_or("the list has no items")?;
-        let mut by_name = BTreeMap::new();
-        for item in items {
-            if let Some(name) = item["metadata"]["name"].as_str() {
-                by_name.insert(name.to_owned(), item.clone());
-            }
-        }
+    /// Reads an `EndpointSliceList`.
+    pub(crate) fn from_list(body: &[u8]) -> Result<Slices, EndpointSliceError> {
+        let list = endpointslice::decode_list(body)?;
         Ok(Slices {
-            by_name,
-            resource_version,
+            by_name: list
+                .items
+                .into_iter()
+                .map(|slice| (slice.name.clone(), slice))
+                .collect(),
+            resource_version: list.resource_version,
         })
     }
 
     /// Applies one watch event line.
     fn apply(&mut self, line: &[u8]) -> Result<Applied, String> {
-        let event: Value =
-            serde_json::from_slice(line).map_err(|e| format!("watch event is not JSON: {e}"))?;
-        let object = &event["object"];
-        let kind = event["type"].as_str().unwrap_or_default();
-        if kind == "ERROR" {
-            if object["code"].as_u64() == Some(410) {
-                return Ok(Applied::Expired);
+        match endpointslice::decode_event(line).map_err(|e| e.to_string())? {
+            WatchEvent::Error(status) if status.is_expired() => Ok(Applied::Expired),
+            WatchEvent::Error(status) => Err(format!("watch ERROR event: {status}")),
+            WatchEvent::Bookmark { resource_version } => {
+                self.resource_version = resource_version;
+                Ok(Applied::Bookmark)
             }
-            return Err(format!("watch ERROR event: {}", object["message"]));
-        }
-        let version = object["metadata"]["resourceVersion"]
-            .as_str()
-            .ok_or_else(|| format!("{kind} event without a resourceVersion"))?;
-        self.resource_version = version.to_owned();
-        if kind == "BOOKMARK" {
-            return Ok(Applied::Bookmark);
-        }
-        let name = object["metadata"]["name"]
-            .as_str()
-            .ok_or_else(|| format!("{kind} event without a name"))?
-            .to_owned();
-        match kind {
-            "ADDED" | "MODIFIED" => {
-                self.by_name.insert(name, object.clone());
+            WatchEvent::Added(slice) | WatchEvent::Modified(slice) => {
+                self.resource_version.clone_from(&slice.resource_version);
+                self.by_name.insert(slice.name.clone(), slice);
+                Ok(Applied::Changed)
             }
-            "DELETED" => {
-                self.by_name.remove(&name);
+            WatchEvent::Deleted(slice) => {
+                self.resource_version = slice.resource_version;
+                self.by_name.remove(&slice.name);
+                Ok(Applied::Changed)
             }
-            other => return Err(format!("unknown watch event type {other:?}")),
         }
-        Ok(Applied::Changed)
     }
 
     /// Every ready endpoint address, slices in name order, each once.
     pub(crate) fn addresses(&self) -> Vec<Address> {
         let mut out: Vec<Address> = Vec::new();
         for slice in self.by_name.values() {
-            for address in slice_addresses(slice) {
+            for address in slice.ready_addresses() {
+                let address = Address::from(address);
                 if !out.contains(&address) {
                     out.push(address);
                 }
@@ -161,42 +139,6 @@ enum Applied {
     Bookmark,
     /// `410 Gone`: list again.
     Expired,
-}
-
-/// The ready addresses of one EndpointSlice.
-fn slice_addresses(slice: &Value) -> Vec<Address> {
-    let ip_family = slice["addressType"].as_str();
-    if !matches!(ip_family, Some("IPv4" | "IPv6")) {
-        return Vec::new();
-    }
-    let ports = slice["ports"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-    let port = ports
-        .iter()
-        .find(|p| p["name"] == "https")
-        .or(match ports {
-            [only] => Some(only),
-            _ => None,
-        })
-        .and_then(|p| p["port"].as_u64())
-        .and_then(|p| u16::try_from(p).ok())
-        .filter(|p| *p != 0);
-    let Some(port) = port else {
-        return Vec::new();
-    };
-    let endpoints = slice["endpoints"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    endpoints
-        .iter()
-        .filter(|e| e["conditions"]["ready"].as_bool() != Some(false))
-        .flat_map(|e| e["addresses"].as_array().map(Vec::as_slice).unwrap_or(&[]))
-        .filter_map(|a| a.as_str()?.parse::<IpAddr>().ok())
-        .map(|ip| Address {
-            host: Host::Ip(ip),
-            port,
-        })
-        .collect()
 }
 
 /// Starts and stops the background task.
@@ -244,7 +186,7 @@ impl Client {
                 String::from_utf8_lossy(response.body()).trim()
             )));
         }
-        Slices::from_list(response.body()).map_err(Error::Discovery)
+        Slices::from_list(response.body()).map_err(|e| Error::Discovery(e.to_string()))
     }
 
     /// Starts the discovery task if it is configured, not running, and
@@ -424,10 +366,15 @@ async fn watch_once(
                 Err(reason) => return Outcome::Failed("watch", reason),
             }
         }
-        if pending.len() > MAX_EVENT_LINE {
+        // A line's end has not come within the longest line the decoder
+        // reads: stop buffering.
+        if pending.len() > endpointslice::MAX_EVENT_LEN {
             return Outcome::Failed(
                 "watch",
-                format!("a watch event is longer than {MAX_EVENT_LINE} bytes"),
+                format!(
+                    "a watch event is longer than {} bytes",
+                    endpointslice::MAX_EVENT_LEN
+                ),
             );
         }
     }
@@ -436,7 +383,7 @@ async fn watch_once(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn slice(name: &str, family: &str, endpoints: Value, ports: Value) -> Value {
         json!({
@@ -454,7 +401,10 @@ mod tests {
     }
 
     #[test]
-    fn ready_addresses_at_the_https_port() {
+    fn ready_addresses_of_every_slice_in_name_order_each_once() {
+        // Which endpoints and port a slice yields is `apiway_wire`'s rule
+        // (`EndpointSlice::ready_addresses`), tested there; here, how the
+        // slices add up.
         let list = json!({
             "kind": "EndpointSliceList",
             "metadata": {"resourceVersion": "7"},
@@ -474,6 +424,7 @@ mod tests {
         });
         let slices = Slices::from_list(list.to_string().as_bytes()).expect("parses");
         assert_eq!(slices.resource_version, "7");
+        assert_eq!(slices.by_name.len(), 5, "FQDN and portless slices are kept");
         assert_eq!(
             shown(&slices.addresses()),
             [

@@ -8,5 +8,6 @@
 pub mod altsvc;
 pub mod connect;
 pub mod connect_response;
+pub mod endpointslice;
 pub mod proxy;
 pub mod sni;
