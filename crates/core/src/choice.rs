@@ -4,7 +4,8 @@
 //! tested deterministically and shared by every role that fails over
 //! between the endpoints of one API server.
 //!
-//! The order, for each attempt of a request:
+//! The order, for each attempt of a request (core's one selection order,
+//! [`crate::select`], with the origin ranked first among the others):
 //!
 //! 1. the endpoint in use, while it is listed and not blocked (no flapping);
 //! 2. otherwise a listed alternative whose address is on a local interface;
@@ -37,6 +38,8 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
+
+use crate::select::{best, Candidate};
 
 /// Settings of an [`EndpointChoice`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,25 +238,18 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
     /// `tried`; `None` when the origin was tried too.
     pub fn pick(&self, now: Instant, tried: &[K]) -> Option<K> {
         let alternatives = self.alternatives();
-        let usable = |key: &K| !tried.contains(key) && !self.is_blocked(key, now);
-        if let Some(current) = &self.in_use {
-            if self.is_listed(current) && usable(current) {
-                return Some(current.clone());
-            }
+        // core's one selection order: the one in use, then local ones,
+        // then the origin (rank 0) before the others, in list order.
+        let candidates = alternatives.iter().map(|l| Candidate {
+            usable: !tried.contains(&l.key) && !self.is_blocked(&l.key, now),
+            in_use: self.in_use.as_ref() == Some(&l.key),
+            local: l.local,
+            rank: l.key != self.origin,
+        });
+        if let Some(index) = best(candidates) {
+            return Some(alternatives[index].key.clone());
         }
-        let candidates: Vec<&Listed<K>> = alternatives
-            .into_iter()
-            .filter(|l| usable(&l.key))
-            .collect();
-        if let Some(local) = candidates.iter().find(|l| l.local) {
-            return Some(local.key.clone());
-        }
-        if let Some(origin) = candidates.iter().find(|l| l.key == self.origin) {
-            return Some(origin.key.clone());
-        }
-        if let Some(next) = candidates.first() {
-            return Some(next.key.clone());
-        }
+        // The last resort: the origin, once, blocked or not.
         (!tried.contains(&self.origin)).then(|| self.origin.clone())
     }
 

@@ -15,6 +15,7 @@ use serde::Deserialize;
 
 use crate::health::HealthCheck;
 use crate::metrics::{BackendHandles, BackendMetrics};
+use crate::select::{best, Candidate};
 
 /// How an endpoint set picks among its available endpoints.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -305,12 +306,11 @@ impl Endpoint {
     }
 
     /// Ranking key for latency policies: lower is better; unmeasured last.
-    fn latency_rank(&self, prefer_local: bool) -> (bool, u64) {
-        let us = match self.latency_us.load(Ordering::Relaxed) {
+    fn latency_rank(&self) -> u64 {
+        match self.latency_us.load(Ordering::Relaxed) {
             0 => u64::MAX,
             us => us,
-        };
-        (prefer_local && !self.is_local(), us)
+        }
     }
 
     fn streaks(&self) -> std::sync::MutexGuard<'_, Streaks> {
@@ -622,52 +622,37 @@ impl EndpointSet {
             return None;
         }
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
-        let untried = (0..n)
+        // In rotated order, so ties rotate.
+        let order: Vec<&Arc<Endpoint>> = (0..n)
             .map(|i| &members.endpoints[(start + i) % n])
-            .filter(|e| !tried.iter().any(|t| Arc::ptr_eq(t, e)));
-        let mut best: Option<&Arc<Endpoint>> = None;
-        let mut fallback: Option<&Arc<Endpoint>> = None;
-        for e in untried {
-            if !e.is_available() {
-                // Prefer the fallback whose ejection ends first.
-                let better = match fallback {
-                    None => true,
-                    Some(f) => {
-                        (
-                            e.is_up(),
-                            std::cmp::Reverse(e.ejected_until.load(Ordering::Relaxed)),
-                        ) > (
-                            f.is_up(),
-                            std::cmp::Reverse(f.ejected_until.load(Ordering::Relaxed)),
-                        )
-                    }
-                };
-                if better {
-                    fallback = Some(e);
-                }
-                continue;
-            }
-            match members.policy {
-                Policy::RoundRobin => {
-                    best = Some(e);
-                    break;
-                }
-                Policy::LeastConnections => {
-                    if best.is_none_or(|b| e.active() < b.active()) {
-                        best = Some(e);
-                    }
-                }
-                Policy::LowestLatency | Policy::PreferLocalThenLatency => {
-                    let prefer_local = members.policy == Policy::PreferLocalThenLatency;
-                    if best
-                        .is_none_or(|b| e.latency_rank(prefer_local) < b.latency_rank(prefer_local))
-                    {
-                        best = Some(e);
-                    }
-                }
-            }
+            .filter(|e| !tried.iter().any(|t| Arc::ptr_eq(t, e)))
+            .collect();
+        let policy = members.policy;
+        // core's one selection order over the available endpoints, ranked
+        // by the set's policy.
+        let candidates = order.iter().map(|e| Candidate {
+            usable: e.is_available(),
+            in_use: false,
+            local: policy == Policy::PreferLocalThenLatency && e.is_local(),
+            rank: match policy {
+                Policy::RoundRobin => 0,
+                Policy::LeastConnections => e.active() as u64,
+                Policy::LowestLatency | Policy::PreferLocalThenLatency => e.latency_rank(),
+            },
+        });
+        if let Some(index) = best(candidates) {
+            return Some(order[index].clone());
         }
-        best.or(fallback).cloned()
+        // The last resort: unavailable endpoints, since health verdicts
+        // can be stale and a client should see no error while any endpoint
+        // is up; checked up first, then the one whose ejection ends first.
+        let fallbacks = order.iter().map(|e| Candidate {
+            usable: true,
+            in_use: false,
+            local: false,
+            rank: (!e.is_up(), e.ejected_until.load(Ordering::Relaxed)),
+        });
+        best(fallbacks).map(|index| order[index].clone())
     }
 }
 

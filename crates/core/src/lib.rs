@@ -20,6 +20,7 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod reload;
+pub mod select;
 pub mod sync;
 pub mod tls;
 
