@@ -25,7 +25,8 @@ use crate::discovery::DiscoveryTask;
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
 use crate::metrics::{
-    BlockLabels, DiscoveryFailureLabels, EndpointLabels, FailureLabels, OriginLabels,
+    BlockLabels, DiscoveryFailureLabels, EndpointLabels, FailoverLabels, FailureLabels,
+    OriginLabels,
 };
 pub use probe::{ProbeReport, Stage};
 
@@ -150,7 +151,7 @@ impl Client {
     /// A response of any status is returned as is; only failures to get
     /// one move the request.
     pub async fn send(&self, request: Request<Bytes>) -> Result<Response<Incoming>, Error> {
-        self.send_to(request, false)
+        self.send_to(request, None)
             .await
             .map(|(response, _)| response)
     }
@@ -171,7 +172,7 @@ impl Client {
             *again.method_mut() = parts.method.clone();
             *again.uri_mut() = parts.uri.clone();
             *again.headers_mut() = parts.headers.clone();
-            let (response, key) = self.send_to(again, retries > 0).await?;
+            let (response, key) = self.send_to(again, (retries > 0).then_some("body")).await?;
             let (head, incoming) = response.into_parts();
             match incoming.collect().await {
                 Ok(collected) => return Ok(Response::from_parts(head, collected.to_bytes())),
@@ -190,11 +191,12 @@ impl Client {
     }
 
     /// [`send`](Self::send), also returning the endpoint that answered;
-    /// `moved` when an earlier attempt of the same request failed.
+    /// `moved`: the kind of failure of an earlier attempt of the same
+    /// request (`body` when its response broke off), if any.
     pub(crate) async fn send_to(
         &self,
         request: Request<Bytes>,
-        moved: bool,
+        moved: Option<&'static str>,
     ) -> Result<(Response<Incoming>, Address), Error> {
         self.start_discovery();
         let (mut parts, body) = request.into_parts();
@@ -246,7 +248,8 @@ impl Client {
             }
             match sender.try_send_request(outgoing).await {
                 Ok(response) => {
-                    self.succeeded(&key, &response, moved || !attempts.is_empty());
+                    let failed_over = attempts.last().map(|a| a.kind).or(moved);
+                    self.succeeded(&key, &response, failed_over);
                     return Ok((response, key));
                 }
                 Err(mut e) => {
@@ -451,23 +454,33 @@ impl Client {
         attempts.push(Attempt {
             endpoint: key.to_string(),
             failure,
+            kind,
             reason: reason.to_owned(),
         });
     }
 
-    fn succeeded(&self, key: &Address, response: &Response<Incoming>, moved: bool) {
-        self.record_success(key, moved);
+    fn succeeded(
+        &self,
+        key: &Address,
+        response: &Response<Incoming>,
+        failed_over: Option<&'static str>,
+    ) {
+        self.record_success(key, failed_over);
         self.learn_alternatives(response.headers());
     }
 
-    /// Records that `key` answered (after a failed attempt elsewhere when
-    /// `moved`): it becomes the endpoint in use.
-    pub(crate) fn record_success(&self, key: &Address, moved: bool) {
+    /// Records that `key` answered (after an attempt elsewhere that failed
+    /// this way, when `failed_over`): it becomes the endpoint in use.
+    pub(crate) fn record_success(&self, key: &Address, failed_over: Option<&'static str>) {
         let metrics = &self.inner.config.metrics;
-        if moved {
+        if let Some(reason) = failed_over {
             metrics
                 .failovers
-                .get_or_create(&self.endpoint_labels(key))
+                .get_or_create(&FailoverLabels {
+                    origin: self.inner.origin_label.clone(),
+                    endpoint: key.to_string(),
+                    reason,
+                })
                 .inc();
         }
         let mut state = self.state();

@@ -305,7 +305,7 @@ async fn watch_once(
         Err(e) => return Outcome::Failed("watch", e.to_string()),
     };
     let started = tokio::select! {
-        started = client.send_to(request, false) => started,
+        started = client.send_to(request, None) => started,
         _ = stop.changed() => return Outcome::Stopped,
     };
     let (response, endpoint) = match started {

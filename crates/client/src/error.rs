@@ -9,6 +9,10 @@ pub struct Attempt {
     pub endpoint: String,
     /// How the endpoint was blocked for it.
     pub failure: Failure,
+    /// The kind of failure, as the `reason` label of
+    /// `client_endpoint_failures_total` names it (`connect`, `tls`,
+    /// `certificate`, `not_ready`, `request`, ...).
+    pub kind: &'static str,
     /// What happened, in words.
     pub reason: String,
 }

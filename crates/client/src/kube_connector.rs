@@ -93,7 +93,7 @@ struct Report {
     client: Client,
     endpoint: Address,
     /// An earlier connect of the same dial failed.
-    moved: bool,
+    failed_over: Option<&'static str>,
     /// The endpoint has sent a byte.
     answered: bool,
     /// Bytes were written since the endpoint last sent one: a request (or
@@ -116,7 +116,7 @@ impl Report {
         }
         self.awaiting = false;
         if !std::mem::replace(&mut self.answered, true) {
-            self.client.record_success(&self.endpoint, self.moved);
+            self.client.record_success(&self.endpoint, self.failed_over);
         }
     }
 
@@ -337,7 +337,7 @@ impl tower_service::Service<http::Uri> for KubeConnector {
                             report: Report {
                                 client: client.clone(),
                                 endpoint: key,
-                                moved: !attempts.is_empty(),
+                                failed_over: attempts.last().map(|a: &crate::Attempt| a.kind),
                                 answered: false,
                                 awaiting: false,
                                 awaiting_before_write: false,

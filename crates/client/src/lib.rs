@@ -134,7 +134,8 @@ pub use kube_connector::{EndpointStream, KubeConnector};
 #[cfg(feature = "kube")]
 pub use kube_service::KubeService;
 pub use metrics::{
-    BlockLabels, ClientMetrics, DiscoveryFailureLabels, EndpointLabels, FailureLabels, OriginLabels,
+    BlockLabels, ClientMetrics, DiscoveryFailureLabels, EndpointLabels, FailoverLabels,
+    FailureLabels, OriginLabels,
 };
 
 /// The `Alt-Used` request header (RFC 7838 section 5).

@@ -52,6 +52,18 @@ pub struct DiscoveryFailureLabels {
     pub stage: &'static str,
 }
 
+/// Labels of a failover.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailoverLabels {
+    /// The origin.
+    pub origin: String,
+    /// The endpoint that answered.
+    pub endpoint: String,
+    /// How the attempt before it failed: a `reason` of
+    /// `client_endpoint_failures_total`.
+    pub reason: &'static str,
+}
+
 /// Labels of a block.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlockLabels {
@@ -70,8 +82,9 @@ pub struct BlockLabels {
 pub struct ClientMetrics {
     /// Failed attempts, by endpoint and reason.
     pub failures: Family<FailureLabels, Counter>,
-    /// Requests sent to another endpoint after a failed attempt.
-    pub failovers: Family<EndpointLabels, Counter>,
+    /// Requests answered by an endpoint after a failed attempt elsewhere,
+    /// by how that attempt failed.
+    pub failovers: Family<FailoverLabels, Counter>,
     /// Times an endpoint was blocked, by kind of block.
     pub blocks: Family<BlockLabels, Counter>,
     /// 1 for the endpoint in use, 0 for the others that were.
@@ -98,7 +111,7 @@ impl ClientMetrics {
         );
         registry.register(
             "client_failovers",
-            "Requests that moved to this endpoint after a failed attempt elsewhere",
+            "Requests answered by this endpoint after an attempt elsewhere failed, by how it failed",
             self.failovers.clone(),
         );
         registry.register(

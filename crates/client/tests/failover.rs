@@ -179,8 +179,17 @@ async fn learns_alt_svc_and_fails_over_without_a_failed_get() -> Result<()> {
             sample(&text, "client_endpoint_in_use", &ep(a_addr)) == Some(0.0),
             "{text}"
         );
+        // One failover to `b`, labelled with how the attempt on `a` failed:
+        // refused (`connect`) or reset with the GET sent (`request`).
+        let failovers: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with(&format!("client_failovers_total{{{},reason=", ep(b.addr()))))
+            .collect();
         ensure!(
-            sample(&text, "client_failovers_total", &ep(b.addr())) == Some(1.0),
+            failovers.len() == 1
+                && failovers[0].ends_with(" 1")
+                && (failovers[0].contains("reason=\"connect\"")
+                    || failovers[0].contains("reason=\"request\"")),
             "{text}"
         );
         ensure!(
