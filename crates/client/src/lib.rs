@@ -97,9 +97,11 @@
 //!
 //! `examples/watch_pods.rs` lists and watches pods through either.
 //!
-//! # Not built yet
+//! # Diagnostics
 //!
-//! `apiway endpoints`: see the README.
+//! [`Client::probe`] checks every endpoint the client knows the way it
+//! checks one before first use; `apiway endpoints --kubeconfig FILE` prints
+//! what it finds for a cluster.
 //!
 //! # The server side
 //!
