@@ -7,14 +7,32 @@ use anyhow::{bail, Context, Result};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Returns a TCP port on 127.0.0.1 that was free a moment ago.
+/// Returns a TCP port that was free a moment ago on every address.
 ///
-/// It binds port 0, reads the port the kernel chose and closes the socket.
-/// This is racy: another process may take the port before the caller binds
-/// it. The kernel hands out ephemeral ports in a cycle, so a collision is
-/// rare in practice; use it only for programs that cannot bind port 0 and
-/// report back (HAProxy, nginx, etcd configuration files).
+/// It picks from 20000-31999, below the kernel's ephemeral range
+/// (32768-60999 by default): the source ports of the many connections
+/// parallel tests make come from that range, so they can never take the
+/// port between this call and the caller's bind, which a port the kernel
+/// handed out for `bind(0)` could not promise. The start is random per
+/// call and the port is checked by binding it on 0.0.0.0, so two callers
+/// rarely get the same one. Use it only for programs that cannot bind
+/// port 0 and report back (HAProxy, nginx, etcd configuration files).
 pub fn free_port() -> Result<u16> {
+    const FIRST: u64 = 20_000;
+    const COUNT: u64 = 12_000;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let seed = u64::from(std::process::id()).wrapping_mul(2_654_435_761) ^ u64::from(nanos);
+    for i in 0..COUNT {
+        // 7919 is prime and does not divide COUNT: every port once.
+        let port = FIRST + (seed.wrapping_add(i * 7919)) % COUNT;
+        let port = u16::try_from(port).context("port out of range")?;
+        if TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).context("binding 127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
 }
@@ -88,8 +106,14 @@ mod tests {
     }
 
     #[test]
-    fn free_port_is_nonzero() -> Result<()> {
-        assert_ne!(free_port()?, 0);
+    fn free_ports_are_below_the_ephemeral_range_and_bindable() -> Result<()> {
+        let ports: Vec<u16> = (0..20).map(|_| free_port()).collect::<Result<_>>()?;
+        for port in &ports {
+            assert!((20_000..32_000).contains(port), "{port}");
+            // Free on the loopback addresses the tests listen on.
+            drop(TcpListener::bind((Ipv4Addr::LOCALHOST, *port))?);
+            drop(TcpListener::bind((Ipv4Addr::new(127, 0, 0, 2), *port))?);
+        }
         Ok(())
     }
 }
