@@ -622,16 +622,14 @@ impl EndpointSet {
             return None;
         }
         let start = self.rotation.fetch_add(1, Ordering::Relaxed) % n;
-        // In rotated order, so ties rotate.
-        let order: Vec<&Arc<Endpoint>> = (0..n)
-            .map(|i| &members.endpoints[(start + i) % n])
-            .filter(|e| !tried.iter().any(|t| Arc::ptr_eq(t, e)))
-            .collect();
+        // In rotated order, so ties rotate; no allocation per pick.
+        let at = |i: usize| &members.endpoints[(start + i) % n];
+        let untried = |e: &Arc<Endpoint>| !tried.iter().any(|t| Arc::ptr_eq(t, e));
         let policy = members.policy;
         // core's one selection order over the available endpoints, ranked
         // by the set's policy.
-        let candidates = order.iter().map(|e| Candidate {
-            usable: e.is_available(),
+        let candidates = (0..n).map(at).map(|e| Candidate {
+            usable: e.is_available() && untried(e),
             in_use: false,
             local: policy == Policy::PreferLocalThenLatency && e.is_local(),
             rank: match policy {
@@ -640,19 +638,19 @@ impl EndpointSet {
                 Policy::LowestLatency | Policy::PreferLocalThenLatency => e.latency_rank(),
             },
         });
-        if let Some(index) = best(candidates) {
-            return Some(order[index].clone());
+        if let Some(i) = best(candidates) {
+            return Some(at(i).clone());
         }
         // The last resort: unavailable endpoints, since health verdicts
         // can be stale and a client should see no error while any endpoint
         // is up; checked up first, then the one whose ejection ends first.
-        let fallbacks = order.iter().map(|e| Candidate {
-            usable: true,
+        let fallbacks = (0..n).map(at).map(|e| Candidate {
+            usable: untried(e),
             in_use: false,
             local: false,
             rank: (!e.is_up(), e.ejected_until.load(Ordering::Relaxed)),
         });
-        best(fallbacks).map(|index| order[index].clone())
+        best(fallbacks).map(|i| at(i).clone())
     }
 }
 
