@@ -16,7 +16,8 @@ struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     log_format: LogFormat,
-    /// Log filter in tracing env-filter syntax [default: info; warn for demo].
+    /// Log filter in tracing env-filter syntax [default: info; warn for
+    /// demo; error for endpoints].
     /// RUST_LOG overrides it.
     #[arg(long, global = true)]
     log_level: Option<String>,
