@@ -25,13 +25,7 @@ use crate::report::ScenarioReport;
 
 /// Runs kill and hang trials for the agent and HAProxy, interleaved.
 pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
-    let contenders: Vec<Contender> = [Contender::Apiway, Contender::Haproxy]
-        .into_iter()
-        .filter(|c| settings.lineup.contenders.contains(c))
-        .collect();
-    if contenders.is_empty() {
-        bail!("agent_failover compares apiway and haproxy; --contenders has neither");
-    }
+    let contenders = failover::apiway_and_haproxy(settings, "agent_failover")?;
     let ca = Ca::new("apiway bench CA")?;
     let mut report = failover::run_faults(
         settings,

@@ -36,13 +36,7 @@ pub enum Path {
 /// Runs kill and hang trials for apiway-client and plain kube-rs through
 /// HAProxy, interleaved.
 pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
-    let contenders: Vec<Contender> = [Contender::Apiway, Contender::Haproxy]
-        .into_iter()
-        .filter(|c| settings.lineup.contenders.contains(c))
-        .collect();
-    if contenders.is_empty() {
-        bail!("client_failover compares apiway and haproxy; --contenders has neither");
-    }
+    let contenders = failover::apiway_and_haproxy(settings, "client_failover")?;
     let ca = Ca::new("apiway bench CA")?;
     let mut report = failover::run_faults(
         settings,

@@ -62,6 +62,22 @@ pub struct Outcome {
     total: usize,
 }
 
+/// apiway and HAProxy, as far as `--contenders` lists them; an error
+/// naming `scenario` when it lists neither.
+pub fn apiway_and_haproxy(
+    settings: &crate::scenarios::Settings,
+    scenario: &str,
+) -> Result<Vec<Contender>> {
+    let contenders: Vec<Contender> = [Contender::Apiway, Contender::Haproxy]
+        .into_iter()
+        .filter(|c| settings.lineup.contenders.contains(c))
+        .collect();
+    if contenders.is_empty() {
+        bail!("{scenario} compares apiway and haproxy; --contenders has neither");
+    }
+    Ok(contenders)
+}
+
 /// Runs `trial(contender, fault, phase)` for a kill and a hang, for each
 /// of `contenders`, 3 rounds in a full run (1 with `--quick`), and reports
 /// the median recovery time (targets `kill_target` and `hang_target`
