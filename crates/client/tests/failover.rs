@@ -220,17 +220,45 @@ async fn learns_alt_svc_and_fails_over_without_a_failed_get() -> Result<()> {
     .await
 }
 
+/// Stand-ins of every kind an alternative can be, and an origin.
+struct Mixed {
+    /// On 127.0.0.2, with a certificate from a CA the client does not
+    /// trust.
+    bad: StandinServer,
+    /// On 127.0.0.3, its /readyz answering 503.
+    unready: StandinServer,
+    /// On 127.0.0.4, healthy.
+    good: StandinServer,
+    /// The origin on 127.0.0.1.
+    origin: StandinServer,
+}
+
+async fn mixed(pki: &Pki) -> Result<Mixed> {
+    let other_ca = Ca::new("some other CA")?;
+    let wrong = other_ca.issue_server(&["kubernetes.default"], &[])?;
+    let bad = standin("bad", "127.0.0.2", &wrong, None).await?;
+    let unready = standin("unready", "127.0.0.3", &pki.good, None).await?;
+    unready.set_ready(false);
+    let good = standin("good", "127.0.0.4", &pki.good, None).await?;
+    let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+    Ok(Mixed {
+        bad,
+        unready,
+        good,
+        origin,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_certificate_blocks_for_good_and_unready_is_skipped() -> Result<()> {
     bounded(async {
         let pki = pki()?;
-        let other_ca = Ca::new("some other CA")?;
-        let wrong = other_ca.issue_server(&["kubernetes.default"], &[])?;
-        let bad = standin("bad", "127.0.0.2", &wrong, None).await?;
-        let unready = standin("unready", "127.0.0.3", &pki.good, None).await?;
-        unready.set_ready(false);
-        let good = standin("good", "127.0.0.4", &pki.good, None).await?;
-        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let Mixed {
+            bad,
+            unready,
+            good,
+            origin,
+        } = mixed(&pki).await?;
         let mut config = ClientConfig::new(&format!("https://{}", origin.addr()), pki.tls.clone())?
             .with_alternative_hosts(&format!(
                 "{}, {}, {}",
@@ -595,13 +623,12 @@ async fn concurrent_gets_all_succeed_across_a_kill() -> Result<()> {
 async fn probe_reports_each_stage_and_blocks_what_failed() -> Result<()> {
     bounded(async {
         let pki = pki()?;
-        let other_ca = Ca::new("some other CA")?;
-        let wrong = other_ca.issue_server(&["kubernetes.default"], &[])?;
-        let bad = standin("bad", "127.0.0.2", &wrong, None).await?;
-        let unready = standin("unready", "127.0.0.3", &pki.good, None).await?;
-        unready.set_ready(false);
-        let good = standin("good", "127.0.0.4", &pki.good, None).await?;
-        let origin = standin("lb", "127.0.0.1", &pki.good, None).await?;
+        let Mixed {
+            bad,
+            unready,
+            good,
+            origin,
+        } = mixed(&pki).await?;
         // A port nothing listens on: bind one, then close it.
         let closed = std::net::TcpListener::bind("127.0.0.5:0")?.local_addr()?;
         let client = client_for(

@@ -4,8 +4,7 @@
 use std::time::{Duration, Instant};
 
 use apiway_core::choice::Block;
-use apiway_core::endpoint::{Address, Endpoint};
-use apiway_core::metrics::BackendHandles;
+use apiway_core::endpoint::Address;
 use tokio::task::JoinSet;
 
 use super::{is_local, Client};
@@ -147,7 +146,7 @@ impl Client {
                 return (Err(error), Duration::ZERO);
             }
         };
-        let endpoint = Endpoint::new(key.clone(), BackendHandles::default());
+        let endpoint = self.endpoint(&key);
         let outcome = self.inner.dialer.connect(&endpoint, &target, true).await;
         let latency = started.elapsed();
         match outcome {
