@@ -10,7 +10,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use apiway_core::drain::DrainTiming;
+use apiway_core::config::source::Merge;
+use apiway_core::config::{AdminSection, Common, DrainSection};
 use apiway_core::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
 use apiway_core::health::{CheckKind, HealthCheck, HealthCheckConfig};
 use apiway_core::relay::RelayConfig;
@@ -45,82 +46,187 @@ impl std::str::FromStr for UpstreamMode {
     }
 }
 
-/// The configuration file as written. Every field is optional so that the
-/// whole configuration can come from flags instead.
-#[derive(Debug, Default, Deserialize)]
+/// The agent's settings: the configuration file and the command line are
+/// both this one struct (serde for the file, clap for the flags), so a
+/// setting is declared once. Every field is optional so that the whole
+/// configuration can come from either.
+#[derive(Clone, Debug, Default, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
-    /// `ip:port` of the admin endpoint (/healthz /livez /readyz /metrics).
+pub struct AgentSettings {
+    /// `admin:` / `--admin`.
+    #[command(flatten)]
     #[serde(default)]
-    pub admin: Option<String>,
-    /// Local `ip:port` addresses to listen on.
+    pub admin: AdminSection,
+    /// Local ip:port to listen on (repeatable; at least one, here or in the
+    /// file).
+    #[arg(long, value_name = "IP:PORT")]
     #[serde(default)]
     pub listen: Vec<String>,
-    /// Addresses the agent adds to `interface` and removes on exit.
+    /// Add this IP as a /32 (/128) host address to --interface at start and
+    /// remove it on exit (repeatable). Needs CAP_NET_ADMIN [default: none].
+    #[arg(long, value_name = "IP")]
     #[serde(default)]
     pub bind_address: Vec<String>,
-    /// Interface for `bind_address` (default `apiway0`).
+    /// Interface for --bind-address; created as a dummy link if missing
+    /// (kernels without the dummy type: use `lo`) [default: apiway0].
+    #[arg(long, value_name = "NAME")]
     #[serde(default)]
     pub interface: Option<String>,
-    /// Leave `bind_address` in place on exit (default false).
+    /// Leave the --bind-address addresses in place on exit [default: off:
+    /// they are removed].
+    #[arg(long)]
     #[serde(default)]
-    pub keep_address: Option<bool>,
-    /// `direct` (default), `proxy` or `connect`.
+    pub keep_address: bool,
+    /// Where connections go: `direct` (to --endpoint), `proxy` (to
+    /// --gateway with a PROXY v2 header) or `connect` (to --gateway through
+    /// HTTP CONNECT) [default: direct].
+    #[arg(long, value_name = "MODE")]
     #[serde(default)]
     pub upstream: Option<UpstreamMode>,
-    /// API server endpoints (`direct`).
+    /// API server endpoint host:port for `direct` (repeatable; at least
+    /// one); a DNS name stands for every A/AAAA record, re-resolved every 10s.
+    #[arg(long = "endpoint", value_name = "HOST:PORT")]
     #[serde(default)]
     pub endpoints: Vec<String>,
-    /// Gateways (`proxy`, `connect`).
+    /// Gateway host:port for `proxy` and `connect` (repeatable; failover
+    /// between them).
+    #[arg(long = "gateway", value_name = "HOST:PORT")]
     #[serde(default)]
     pub gateways: Vec<String>,
-    /// Active health check of endpoints or gateways.
+    /// `health_check:` in the file (`kind: https|tcp|none`, `path`,
+    /// `interval`, `timeout`, `rise`, `fall`); the flags below override it.
+    #[arg(skip)]
     #[serde(default)]
     pub health_check: Option<HealthCheckFile>,
-    /// TLS server name of `https` checks (default `kubernetes.default`).
+    /// Active health check: `https:/PATH`, `https` (= https:/readyz), `tcp`
+    /// or `none` [default: https:/readyz for direct, none for gateways].
+    #[arg(long = "health-check", value_name = "CHECK")]
+    #[serde(skip)]
+    pub health_check_flag: Option<String>,
+    /// Time between health checks [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    #[serde(skip)]
+    pub health_check_interval: Option<Duration>,
+    /// Time one health check may take [default: the interval, at most 1s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    #[serde(skip)]
+    pub health_check_timeout: Option<Duration>,
+    /// TLS server name of https health checks [default: kubernetes.default].
+    #[arg(long, value_name = "NAME")]
     #[serde(default)]
     pub server_name: Option<String>,
-    /// CA bundle (PEM) that must sign the API servers' certificates in `https` checks.
+    /// CA bundle (PEM) that must sign the API servers' certificates in https
+    /// checks [default: none: then the check proves only that TLS and HTTP
+    /// work].
+    #[arg(long = "ca", value_name = "FILE")]
     #[serde(default)]
     pub ca_file: Option<PathBuf>,
-    /// `prefer_local_then_latency` (default), `lowest_latency`, `least_connections`, `round_robin`.
+    /// `prefer_local_then_latency` (default), `lowest_latency`,
+    /// `least_connections` or `round_robin` (file only).
+    #[arg(skip)]
     #[serde(default)]
     pub policy: Option<Policy>,
-    /// PROXY v2 AUTHORITY TLV value (`proxy`).
+    /// `proxy`: add a PROXY v2 AUTHORITY TLV with this host name [default:
+    /// none].
+    #[arg(long, value_name = "NAME")]
     #[serde(default)]
     pub authority: Option<String>,
-    /// `host:port` for `CONNECT` (default: the address the client connected to).
+    /// `connect`: the host:port to CONNECT to [default: the address the
+    /// client connected to].
+    #[arg(long, value_name = "HOST:PORT")]
     #[serde(default)]
     pub connect_authority: Option<String>,
-    /// Per-endpoint connect timeout (default 2s).
+    /// Per-endpoint connect timeout; then the next endpoint is tried
+    /// [default: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub connect_timeout: Option<Duration>,
-    /// Time the gateway has to answer `CONNECT` (default 5s).
+    /// `connect`: time the gateway has to answer CONNECT [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub connect_response_timeout: Option<Duration>,
-    /// Close connections idle this long (default: never).
+    /// Close connections with no bytes either way for this long [default:
+    /// never].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub idle_timeout: Option<Duration>,
-    /// Open client connections per listener (default 10000).
+    /// Open connections per listener; more are closed at once [default:
+    /// 10000].
+    #[arg(long, value_name = "N")]
     #[serde(default)]
     pub max_connections: Option<usize>,
     /// Close relayed connections when a health check takes their endpoint
-    /// down (default false).
+    /// down, so clients holding long-lived connections (watches) to a hung
+    /// API server reconnect to a working one [default: off: established
+    /// connections are left alone].
+    #[arg(long)]
     #[serde(default)]
-    pub close_on_down: Option<bool>,
-    /// How often DNS names are re-resolved (default 10s).
+    pub close_on_down: bool,
+    /// How often DNS names are re-resolved [default: 10s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub dns_refresh: Option<Duration>,
-    /// Graceful shutdown timing.
+    /// `drain:` / `--drain-delay`, `--grace-period`.
+    #[command(flatten)]
     #[serde(default)]
-    pub drain: Option<DrainFile>,
-    /// How often the file is checked for changes (default 1s).
+    pub drain: DrainSection,
+    /// How often the --config file is checked for changes [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub reload_interval: Option<Duration>,
 }
 
+impl AgentSettings {
+    /// `later` over `self`, field by field: a repeatable setting (`listen`,
+    /// `bind_address`, `endpoints`, `gateways`) adds to the list, a switch
+    /// is on when either turns it on, any other setting of `later`
+    /// replaces this one's.
+    pub fn overlay(self, later: AgentSettings) -> AgentSettings {
+        fn add(mut a: Vec<String>, b: Vec<String>) -> Vec<String> {
+            a.extend(b);
+            a
+        }
+        AgentSettings {
+            admin: self.admin.overlay(later.admin),
+            listen: add(self.listen, later.listen),
+            bind_address: add(self.bind_address, later.bind_address),
+            interface: later.interface.or(self.interface),
+            keep_address: self.keep_address || later.keep_address,
+            upstream: later.upstream.or(self.upstream),
+            endpoints: add(self.endpoints, later.endpoints),
+            gateways: add(self.gateways, later.gateways),
+            health_check: later.health_check.or(self.health_check),
+            health_check_flag: later.health_check_flag.or(self.health_check_flag),
+            health_check_interval: later.health_check_interval.or(self.health_check_interval),
+            health_check_timeout: later.health_check_timeout.or(self.health_check_timeout),
+            server_name: later.server_name.or(self.server_name),
+            ca_file: later.ca_file.or(self.ca_file),
+            policy: later.policy.or(self.policy),
+            authority: later.authority.or(self.authority),
+            connect_authority: later.connect_authority.or(self.connect_authority),
+            connect_timeout: later.connect_timeout.or(self.connect_timeout),
+            connect_response_timeout: later
+                .connect_response_timeout
+                .or(self.connect_response_timeout),
+            idle_timeout: later.idle_timeout.or(self.idle_timeout),
+            max_connections: later.max_connections.or(self.max_connections),
+            close_on_down: self.close_on_down || later.close_on_down,
+            dns_refresh: later.dns_refresh.or(self.dns_refresh),
+            drain: self.drain.overlay(later.drain),
+            reload_interval: later.reload_interval.or(self.reload_interval),
+        }
+    }
+}
+
+impl Merge for AgentSettings {
+    /// The command line is the later source: it overlays the file.
+    fn merge(self, later: AgentSettings) -> Result<AgentSettings, String> {
+        Ok(self.overlay(later))
+    }
+}
+
 /// `health_check:` (the fields of the gateway's, with `none` allowed).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckFile {
     /// `https`, `tcp` or `none`.
@@ -140,65 +246,6 @@ pub struct HealthCheckFile {
     /// Failures that take it down (default 1).
     #[serde(default)]
     pub fall: Option<u32>,
-}
-
-/// `drain:`
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DrainFile {
-    /// Keep accepting this long after SIGTERM (default 5s).
-    #[serde(default, with = "apiway_core::duration::option")]
-    pub delay: Option<Duration>,
-    /// Then wait this long for connections (default 30s).
-    #[serde(default, with = "apiway_core::duration::option")]
-    pub grace_period: Option<Duration>,
-}
-
-/// Values from the command line; `None` / empty means "not given".
-#[derive(Clone, Debug, Default)]
-pub struct Flags {
-    /// `--admin`.
-    pub admin: Option<String>,
-    /// `--listen` (repeatable).
-    pub listen: Vec<String>,
-    /// `--bind-address` (repeatable).
-    pub bind_address: Vec<String>,
-    /// `--interface`.
-    pub interface: Option<String>,
-    /// `--keep-address`.
-    pub keep_address: bool,
-    /// `--upstream`.
-    pub upstream: Option<UpstreamMode>,
-    /// `--endpoint` (repeatable).
-    pub endpoints: Vec<String>,
-    /// `--gateway` (repeatable).
-    pub gateways: Vec<String>,
-    /// `--health-check` (`https:/PATH`, `https`, `tcp`, `none`).
-    pub health_check: Option<String>,
-    /// `--health-check-interval`.
-    pub health_check_interval: Option<Duration>,
-    /// `--health-check-timeout`.
-    pub health_check_timeout: Option<Duration>,
-    /// `--server-name`.
-    pub server_name: Option<String>,
-    /// `--ca`.
-    pub ca_file: Option<PathBuf>,
-    /// `--authority`.
-    pub authority: Option<String>,
-    /// `--connect-authority`.
-    pub connect_authority: Option<String>,
-    /// `--connect-timeout`.
-    pub connect_timeout: Option<Duration>,
-    /// `--idle-timeout`.
-    pub idle_timeout: Option<Duration>,
-    /// `--max-connections`.
-    pub max_connections: Option<usize>,
-    /// `--close-on-down`.
-    pub close_on_down: bool,
-    /// `--drain-delay`.
-    pub drain_delay: Option<Duration>,
-    /// `--grace-period`.
-    pub grace_period: Option<Duration>,
 }
 
 /// The upstream as the data path uses it.
@@ -237,8 +284,8 @@ impl UpstreamSpec {
 /// A validated configuration.
 #[derive(Clone, Debug)]
 pub struct Snapshot {
-    /// Admin address.
-    pub admin: Option<SocketAddr>,
+    /// Admin endpoint, drain timing, reload interval.
+    pub common: Common,
     /// Listener addresses.
     pub listen: Vec<SocketAddr>,
     /// Addresses to own.
@@ -247,33 +294,25 @@ pub struct Snapshot {
     pub upstream: UpstreamSpec,
     /// Open connections per listener.
     pub max_connections: usize,
-    /// Shutdown timing.
-    pub drain: DrainTiming,
-    /// Reload poll interval.
-    pub reload_interval: Duration,
 }
 
 /// Parses a configuration file's text (empty text is an empty file; YAML,
 /// or JSON when it starts with `{`, as for the gateway).
-pub fn parse_file(text: &str) -> Result<ConfigFile, String> {
+pub fn parse_file(text: &str) -> Result<AgentSettings, String> {
     if text.trim().is_empty() {
-        return Ok(ConfigFile::default());
+        return Ok(AgentSettings::default());
     }
     apiway_core::config_text::deserialize(text)
 }
 
-/// Merges `flags` over `file` and validates. The error is one line naming
-/// the flag or field and the fix.
-pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
-    let admin = flags
-        .admin
-        .clone()
-        .or(file.admin)
-        .map(|a| socket_addr("--admin / admin", &a))
-        .transpose()?;
+/// Validates settings (the file with the flags over it). The error is one
+/// line naming the flag or field and the fix.
+pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
+    let common = Common::validate(&file.admin, &file.drain, file.reload_interval)
+        .map_err(|e| e.replace("admin.address:", "--admin / admin.address:"))?;
 
     let mut listen = Vec::new();
-    for text in file.listen.iter().chain(&flags.listen) {
+    for text in &file.listen {
         let a = socket_addr("--listen / listen", text)?;
         if listen.contains(&a) {
             return Err(format!("--listen {a} is given twice"));
@@ -285,7 +324,7 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
     }
 
     let mut addresses = Vec::new();
-    for text in file.bind_address.iter().chain(&flags.bind_address) {
+    for text in &file.bind_address {
         let ip: IpAddr = text.trim().parse().map_err(|_| {
             format!("--bind-address `{text}` is not an IP address (write 10.1.2.3 or fd00::1)")
         })?;
@@ -298,38 +337,25 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
             addresses.push(ip);
         }
     }
-    let interface = flags
-        .interface
-        .clone()
-        .or(file.interface)
-        .unwrap_or_else(|| "apiway0".into());
+    let interface = file.interface.clone().unwrap_or_else(|| "apiway0".into());
     if interface.is_empty() || interface.len() > 15 || interface.contains(['/', ' ', '\0']) {
         return Err(format!(
             "--interface `{interface}` is not an interface name (1 to 15 characters, no / or spaces)"
         ));
     }
 
-    let mode = flags
-        .upstream
-        .or(file.upstream)
-        .unwrap_or(UpstreamMode::Direct);
+    let mode = file.upstream.unwrap_or(UpstreamMode::Direct);
     let (list, flag, other, other_flag) = match mode {
         UpstreamMode::Direct => (
-            file.endpoints
-                .iter()
-                .chain(&flags.endpoints)
-                .collect::<Vec<_>>(),
+            &file.endpoints,
             "--endpoint",
-            file.gateways.len() + flags.gateways.len(),
+            file.gateways.len(),
             "--gateway",
         ),
         _ => (
-            file.gateways
-                .iter()
-                .chain(&flags.gateways)
-                .collect::<Vec<_>>(),
+            &file.gateways,
             "--gateway",
-            file.endpoints.len() + flags.endpoints.len(),
+            file.endpoints.len(),
             "--endpoint",
         ),
     };
@@ -353,18 +379,17 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
         endpoints.push(a);
     }
 
-    let server_name = flags
+    let server_name = file
         .server_name
         .clone()
-        .or(file.server_name)
         .unwrap_or_else(|| "kubernetes.default".into());
-    let ca_file = flags.ca_file.clone().or(file.ca_file);
+    let ca_file = file.ca_file.clone();
     if let Some(ca) = &ca_file {
         apiway_core::tls::load_certs(ca).map_err(|e| format!("--ca {e}"))?;
     }
-    let health_check = health_check(mode, file.health_check, flags, server_name, ca_file)?;
+    let health_check = health_check(mode, &file, server_name, ca_file)?;
 
-    let authority = flags.authority.clone().or(file.authority);
+    let authority = file.authority.clone();
     if let Some(a) = &authority {
         if mode != UpstreamMode::Proxy {
             return Err("--authority applies to --upstream proxy only".into());
@@ -375,7 +400,7 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
             ));
         }
     }
-    let connect_authority = flags.connect_authority.clone().or(file.connect_authority);
+    let connect_authority = file.connect_authority.clone();
     if let Some(a) = &connect_authority {
         if mode != UpstreamMode::Connect {
             return Err("--connect-authority applies to --upstream connect only".into());
@@ -384,14 +409,11 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
             .map_err(|_| format!("--connect-authority `{a}` must be host:port"))?;
     }
 
-    let connect_timeout = flags
-        .connect_timeout
-        .or(file.connect_timeout)
-        .unwrap_or(Duration::from_secs(2));
+    let connect_timeout = file.connect_timeout.unwrap_or(Duration::from_secs(2));
     let connect_response_timeout = file
         .connect_response_timeout
         .unwrap_or(Duration::from_secs(5));
-    let idle_timeout = flags.idle_timeout.or(file.idle_timeout);
+    let idle_timeout = file.idle_timeout;
     for (name, d) in [
         ("--connect-timeout", Some(connect_timeout)),
         ("connect_response_timeout", Some(connect_response_timeout)),
@@ -405,37 +427,17 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
     if dns_refresh < Duration::from_millis(100) {
         return Err("dns_refresh must be at least 100ms".into());
     }
-    let max_connections = flags
-        .max_connections
-        .or(file.max_connections)
-        .unwrap_or(10_000);
+    let max_connections = file.max_connections.unwrap_or(10_000);
     if max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
-    let default_drain = DrainTiming::default();
-    let drain_file = file.drain.unwrap_or_default();
-    let drain = DrainTiming {
-        drain_delay: flags
-            .drain_delay
-            .or(drain_file.delay)
-            .unwrap_or(default_drain.drain_delay),
-        grace_period: flags
-            .grace_period
-            .or(drain_file.grace_period)
-            .unwrap_or(default_drain.grace_period),
-    };
-    let reload_interval = file.reload_interval.unwrap_or(Duration::from_secs(1));
-    if reload_interval < Duration::from_millis(100) {
-        return Err("reload_interval must be at least 100ms".into());
-    }
-
     Ok(Snapshot {
-        admin,
+        common,
         listen,
         addresses: AddressSpec {
             addresses,
             interface,
-            keep: flags.keep_address || file.keep_address.unwrap_or(false),
+            keep: file.keep_address,
         },
         upstream: UpstreamSpec {
             mode,
@@ -453,12 +455,10 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
                 idle_timeout,
                 ..RelayConfig::default()
             },
-            close_on_down: flags.close_on_down || file.close_on_down.unwrap_or(false),
+            close_on_down: file.close_on_down,
             dns_refresh,
         },
         max_connections,
-        drain,
-        reload_interval,
     })
 }
 
@@ -467,20 +467,22 @@ pub fn build(file: ConfigFile, flags: &Flags) -> Result<Snapshot, String> {
 /// (passive ejection still applies).
 fn health_check(
     mode: UpstreamMode,
-    file: Option<HealthCheckFile>,
-    flags: &Flags,
+    settings: &AgentSettings,
     server_name: String,
     ca_file: Option<PathBuf>,
 ) -> Result<Option<HealthCheck>, String> {
-    let mut spec = file.unwrap_or_else(|| HealthCheckFile {
-        kind: if mode == UpstreamMode::Direct {
-            "https".into()
-        } else {
-            "none".into()
-        },
-        ..HealthCheckFile::default()
-    });
-    if let Some(text) = &flags.health_check {
+    let mut spec = settings
+        .health_check
+        .clone()
+        .unwrap_or_else(|| HealthCheckFile {
+            kind: if mode == UpstreamMode::Direct {
+                "https".into()
+            } else {
+                "none".into()
+            },
+            ..HealthCheckFile::default()
+        });
+    if let Some(text) = &settings.health_check_flag {
         let (kind, path) = match text.split_once(':') {
             Some((k, p)) => (k, Some(p.to_owned())),
             None => (text.as_str(), None),
@@ -488,10 +490,10 @@ fn health_check(
         spec.kind = kind.to_owned();
         spec.path = path;
     }
-    if let Some(i) = flags.health_check_interval {
+    if let Some(i) = settings.health_check_interval {
         spec.interval = Some(i);
     }
-    if let Some(t) = flags.health_check_timeout {
+    if let Some(t) = settings.health_check_timeout {
         spec.timeout = Some(t);
     }
     let kind = match spec.kind.as_str() {
@@ -536,10 +538,10 @@ fn socket_addr(what: &str, text: &str) -> Result<SocketAddr, String> {
 mod tests {
     use super::*;
 
-    fn flags(listen: &str) -> Flags {
-        Flags {
+    fn flags(listen: &str) -> AgentSettings {
+        AgentSettings {
             listen: vec![listen.into()],
-            ..Flags::default()
+            ..AgentSettings::default()
         }
     }
 
@@ -550,9 +552,9 @@ mod tests {
         f.interface = Some("lo".into());
         f.upstream = Some(UpstreamMode::Direct);
         f.endpoints = vec!["127.0.0.1:7001".into(), "api-int.example.com:6443".into()];
-        f.health_check = Some("https:/readyz".into());
-        f.admin = Some("127.0.0.1:9902".into());
-        let s = build(ConfigFile::default(), &f).unwrap();
+        f.health_check_flag = Some("https:/readyz".into());
+        f.admin.address = Some("127.0.0.1:9902".into());
+        let s = build(f.clone()).unwrap();
         assert_eq!(s.listen, ["10.1.2.3:443".parse::<SocketAddr>().unwrap()]);
         assert_eq!(s.addresses.interface, "lo");
         assert_eq!(s.upstream.set.endpoints.len(), 2);
@@ -573,12 +575,12 @@ mod tests {
         let mut f = flags("10.1.2.3:443");
         f.upstream = Some(UpstreamMode::Proxy);
         f.gateways = vec!["127.0.0.1:8444".into()];
-        let s = build(ConfigFile::default(), &f).unwrap();
+        let s = build(f.clone()).unwrap();
         assert_eq!(s.upstream.set_name(), "gateway");
         assert!(s.upstream.set.health_check.is_none());
         f.upstream = Some(UpstreamMode::Connect);
         f.connect_authority = Some("kubernetes.default.svc:443".into());
-        assert!(build(ConfigFile::default(), &f).is_ok());
+        assert!(build(f.clone()).is_ok());
     }
 
     #[test]
@@ -590,7 +592,7 @@ mod tests {
         let mut f = flags("127.0.0.1:2");
         f.endpoints = vec!["127.0.0.1:7002".into()];
         f.connect_timeout = Some(Duration::from_secs(1));
-        let s = build(file, &f).unwrap();
+        let s = build(file.overlay(f)).unwrap();
         assert_eq!(s.listen.len(), 2);
         assert_eq!(s.upstream.set.endpoints.len(), 2);
         assert_eq!(s.upstream.connect_timeout, Duration::from_secs(1));
@@ -601,8 +603,8 @@ mod tests {
 
     #[test]
     fn errors_name_the_flag() {
-        let err = |f: &Flags| build(ConfigFile::default(), f).unwrap_err();
-        assert!(err(&Flags::default()).contains("--listen"));
+        let err = |f: &AgentSettings| build(f.clone()).unwrap_err();
+        assert!(err(&AgentSettings::default()).contains("--listen"));
         let mut f = flags("10.1.2.3:443");
         assert!(err(&f).contains("--upstream direct needs at least one --endpoint"));
         f.endpoints = vec!["nohost".into()];
@@ -611,9 +613,9 @@ mod tests {
         f.gateways = vec!["127.0.0.1:2".into()];
         assert!(err(&f).contains("--gateway does not apply to --upstream direct"));
         f.gateways.clear();
-        f.health_check = Some("http:/x".into());
+        f.health_check_flag = Some("http:/x".into());
         assert!(err(&f).contains("--health-check `http`"));
-        f.health_check = None;
+        f.health_check_flag = None;
         f.bind_address = vec!["10.1.2".into()];
         assert!(err(&f).contains("--bind-address `10.1.2`"));
         f.bind_address.clear();

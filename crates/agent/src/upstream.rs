@@ -13,13 +13,43 @@ use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::agent::Shared;
+use apiway_core::endpoint::EndpointSet;
+use arc_swap::ArcSwap;
+
 use crate::config::{UpstreamMode, UpstreamSpec};
 use crate::metrics::ListenerHandles;
 
+/// What connections read: the upstream settings (swapped on reload) and
+/// the endpoint set.
+pub(crate) struct Upstream {
+    spec: ArcSwap<UpstreamSpec>,
+    set: Arc<EndpointSet>,
+}
+
+impl Upstream {
+    pub(crate) fn new(spec: UpstreamSpec, set: Arc<EndpointSet>) -> Upstream {
+        Upstream {
+            spec: ArcSwap::from_pointee(spec),
+            set,
+        }
+    }
+
+    pub(crate) fn upstream(&self) -> Arc<UpstreamSpec> {
+        self.spec.load_full()
+    }
+
+    pub(crate) fn replace_spec(&self, spec: UpstreamSpec) {
+        self.spec.store(Arc::new(spec));
+    }
+
+    pub(crate) fn set(&self) -> Arc<EndpointSet> {
+        self.set.clone()
+    }
+}
+
 /// Serves one accepted connection.
 pub(crate) async fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<Upstream>,
     handles: Arc<ListenerHandles>,
     client: TcpStream,
     peer: SocketAddr,
@@ -69,7 +99,7 @@ impl Drop for OpenGuard<'_> {
 /// so the long-lived part of the task holds nothing else); `None` when the
 /// client was closed instead (logged and counted).
 async fn prepare(
-    shared: &Shared,
+    shared: &Upstream,
     handles: &ListenerHandles,
     mut client: TcpStream,
     peer: SocketAddr,

@@ -11,6 +11,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use apiway_core::runtime::Running;
 use apiway_gateway::Gateway;
 use apiway_test_support::{https_get, Ca, StandinConfig, StandinServer};
 
@@ -76,6 +77,7 @@ routes:
     health_check: {{ kind: tcp, interval: 300ms }}
 default_route: reject
 drain: {{ delay: 0s, grace_period: 1s }}
+admin: {{ address: 127.0.0.1:0 }}
 "#,
         a1 = a1.addr(),
         a2 = a2.addr(),
@@ -83,8 +85,11 @@ drain: {{ delay: 0s, grace_period: 1s }}
     );
     println!("\ngateway config:\n{}", indent(&config));
     let snapshot = apiway_gateway::config::parse(&config).map_err(anyhow::Error::msg)?;
-    let gateway = Gateway::start(snapshot).await?;
-    let admin = gateway.serve_admin("127.0.0.1:0".parse()?).await?;
+    let running = Running::<Gateway>::start(snapshot).await?;
+    let gateway = running.role();
+    let admin = running
+        .admin_addr()
+        .context("the admin endpoint did not start")?;
     let gw = gateway
         .listener_addr("public")
         .context("the public listener did not start")?;
@@ -127,17 +132,18 @@ drain: {{ delay: 0s, grace_period: 1s }}
     let in_cluster = gateway
         .listener_addr("in-cluster")
         .context("the in-cluster listener did not start")?;
-    let flags = apiway_agent::config::Flags {
+    let settings = apiway_agent::config::AgentSettings {
         listen: vec![cluster_ip_a.to_string(), cluster_ip_b.to_string()],
         upstream: Some(apiway_agent::config::UpstreamMode::Proxy),
         gateways: vec![in_cluster.to_string()],
-        drain_delay: Some(Duration::ZERO),
-        grace_period: Some(Duration::from_secs(1)),
+        drain: apiway_core::config::DrainSection {
+            delay: Some(Duration::ZERO),
+            grace_period: Some(Duration::from_secs(1)),
+        },
         ..Default::default()
     };
-    let snapshot =
-        apiway_agent::config::build(Default::default(), &flags).map_err(anyhow::Error::msg)?;
-    let agent = apiway_agent::Agent::start(snapshot, flags).await?;
+    let snapshot = apiway_agent::config::build(settings).map_err(anyhow::Error::msg)?;
+    let agent = Running::<apiway_agent::Agent>::start(snapshot).await?;
     println!(
         "   agent listening on {cluster_ip_a} and {cluster_ip_b}, forwarding to the gateway's {in_cluster}"
     );
@@ -227,7 +233,7 @@ drain: {{ delay: 0s, grace_period: 1s }}
     if failed > 0 {
         bail!("{failed} requests failed while a backend was down");
     }
-    gateway.shutdown(std::future::ready(())).await;
+    running.shutdown(std::future::ready(())).await;
     drop((a2, b1));
     println!("\ndemo finished: no request failed while a backend went down.");
     Ok(())

@@ -43,9 +43,8 @@ enum Role {
         /// YAML configuration file; reloaded on change and on SIGHUP.
         #[arg(long, short = 'c')]
         config: PathBuf,
-        /// Only validate the configuration file and exit (0 when valid).
-        #[arg(long)]
-        check: bool,
+        #[command(flatten)]
+        run: RunArgs,
     },
     /// Per-node forwarder: listen on local addresses (optionally adding the
     /// address to an interface) and forward each connection directly to the
@@ -148,6 +147,20 @@ impl AdvertiseArgs {
     }
 }
 
+/// What every long-running role takes besides its configuration.
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Only validate the configuration (file and flags), print the
+    /// problem, and exit: 0 when valid, 1 when not.
+    #[arg(long)]
+    check: bool,
+    /// Write a JSON file with the pid, the admin address and every
+    /// listener's bound address once all are bound (for scripts and tests)
+    /// [default: none].
+    #[arg(long, value_name = "FILE")]
+    ready_file: Option<PathBuf>,
+}
+
 /// `apiway agent` flags; see `apiway agent --help`.
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
@@ -156,111 +169,31 @@ struct AgentArgs {
     /// the upstream mode need a restart) [default: none, flags only].
     #[arg(long, short = 'c')]
     config: Option<PathBuf>,
-    /// Local ip:port to listen on (repeatable; at least one, here or in the file).
-    #[arg(long, value_name = "IP:PORT")]
-    listen: Vec<String>,
-    /// Add this IP as a /32 (/128) host address to --interface at start and
-    /// remove it on exit (repeatable). Needs CAP_NET_ADMIN [default: none].
-    #[arg(long, value_name = "IP")]
-    bind_address: Vec<String>,
-    /// Interface for --bind-address; created as a dummy link if missing
-    /// (kernels without the dummy type: use `lo`) [default: apiway0].
-    #[arg(long, value_name = "NAME")]
-    interface: Option<String>,
-    /// Leave the --bind-address addresses in place on exit [default: off:
-    /// they are removed].
-    #[arg(long)]
-    keep_address: bool,
-    /// Where connections go: `direct` (to --endpoint), `proxy` (to
-    /// --gateway with a PROXY v2 header) or `connect` (to --gateway through
-    /// HTTP CONNECT) [default: direct].
-    #[arg(long, value_name = "MODE")]
-    upstream: Option<apiway_agent::config::UpstreamMode>,
-    /// API server endpoint host:port for `direct` (repeatable; at least
-    /// one); a DNS name stands for every A/AAAA record, re-resolved every 10s.
-    #[arg(long, value_name = "HOST:PORT")]
-    endpoint: Vec<String>,
-    /// Gateway host:port for `proxy` and `connect` (repeatable; failover
-    /// between them).
-    #[arg(long, value_name = "HOST:PORT")]
-    gateway: Vec<String>,
-    /// Active health check: `https:/PATH`, `https` (= https:/readyz), `tcp`
-    /// or `none` [default: https:/readyz for direct, none for gateways].
-    #[arg(long, value_name = "CHECK")]
-    health_check: Option<String>,
-    /// Time between health checks [default: 1s].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    health_check_interval: Option<std::time::Duration>,
-    /// Time one health check may take [default: the interval, at most 1s].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    health_check_timeout: Option<std::time::Duration>,
-    /// TLS server name of https health checks [default: kubernetes.default].
-    #[arg(long, value_name = "NAME")]
-    server_name: Option<String>,
-    /// CA bundle (PEM) that must sign the API servers' certificates in https
-    /// checks [default: none: then the check proves only that TLS and HTTP work].
-    #[arg(long, value_name = "FILE")]
-    ca: Option<PathBuf>,
-    /// `proxy`: add a PROXY v2 AUTHORITY TLV with this host name [default: none].
-    #[arg(long, value_name = "NAME")]
-    authority: Option<String>,
-    /// `connect`: the host:port to CONNECT to [default: the address the
-    /// client connected to].
-    #[arg(long, value_name = "HOST:PORT")]
-    connect_authority: Option<String>,
-    /// Per-endpoint connect timeout; then the next endpoint is tried [default: 2s].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    connect_timeout: Option<std::time::Duration>,
-    /// Close connections with no bytes either way for this long [default: never].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    idle_timeout: Option<std::time::Duration>,
-    /// Open connections per listener; more are closed at once [default: 10000].
-    #[arg(long, value_name = "N")]
-    max_connections: Option<usize>,
-    /// Close relayed connections when a health check takes their endpoint
-    /// down, so clients holding long-lived connections (watches) to a hung
-    /// API server reconnect to a working one [default: off: established
-    /// connections are left alone].
-    #[arg(long)]
-    close_on_down: bool,
-    /// Admin endpoint ip:port (/healthz /livez /readyz /metrics) [default: none].
-    #[arg(long, value_name = "IP:PORT")]
-    admin: Option<String>,
-    /// After SIGTERM, keep accepting this long while /healthz fails [default: 5s].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    drain_delay: Option<std::time::Duration>,
-    /// Then wait this long for open connections [default: 30s].
-    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
-    grace_period: Option<std::time::Duration>,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    settings: apiway_agent::config::AgentSettings,
 }
 
-impl AgentArgs {
-    fn into_parts(self) -> (Option<PathBuf>, apiway_agent::config::Flags) {
-        let flags = apiway_agent::config::Flags {
-            admin: self.admin,
-            listen: self.listen,
-            bind_address: self.bind_address,
-            interface: self.interface,
-            keep_address: self.keep_address,
-            upstream: self.upstream,
-            endpoints: self.endpoint,
-            gateways: self.gateway,
-            health_check: self.health_check,
-            health_check_interval: self.health_check_interval,
-            health_check_timeout: self.health_check_timeout,
-            server_name: self.server_name,
-            ca_file: self.ca,
-            authority: self.authority,
-            connect_authority: self.connect_authority,
-            connect_timeout: self.connect_timeout,
-            idle_timeout: self.idle_timeout,
-            max_connections: self.max_connections,
-            close_on_down: self.close_on_down,
-            drain_delay: self.drain_delay,
-            grace_period: self.grace_period,
-        };
-        (self.config, flags)
+/// Runs `R` from `sources`, or only checks them.
+async fn run_role<R: apiway_core::runtime::Role>(
+    sources: Vec<Box<dyn apiway_core::config::Source<R::Spec>>>,
+    args: RunArgs,
+) -> anyhow::Result<()> {
+    if args.check {
+        apiway_core::runtime::check::<R>(sources)
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
+        println!("valid");
+        return Ok(());
     }
+    apiway_core::runtime::run::<R>(
+        sources,
+        apiway_core::runtime::RunOptions {
+            ready_file: args.ready_file,
+        },
+    )
+    .await
 }
 
 fn init_logging(format: LogFormat, level: &str) {
@@ -300,22 +233,28 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.role {
-            Role::Gateway { config, check } => {
-                if check {
-                    let text = std::fs::read_to_string(&config).map_err(|e| {
-                        anyhow::anyhow!("cannot read the config file {}: {e}", config.display())
-                    })?;
-                    apiway_gateway::config::parse(&text)
-                        .map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
-                    println!("{}: valid", config.display());
-                    Ok(())
-                } else {
-                    apiway_gateway::Gateway::run(config).await
-                }
+            Role::Gateway { config, run } => {
+                let file =
+                    apiway_core::config::FileSource::new(config, apiway_gateway::config::decode);
+                run_role::<apiway_gateway::Gateway>(vec![Box::new(file)], run).await
             }
             Role::Agent(args) => {
-                let (config, flags) = args.into_parts();
-                apiway_agent::Agent::run(config, flags).await
+                let AgentArgs {
+                    config,
+                    run,
+                    settings,
+                } = *args;
+                let mut sources: Vec<Box<dyn apiway_core::config::Source<_>>> = Vec::new();
+                if let Some(path) = config {
+                    sources.push(Box::new(apiway_core::config::FileSource::new(
+                        path,
+                        apiway_agent::config::parse_file,
+                    )));
+                }
+                sources.push(Box::new(apiway_core::config::StaticSource::new(
+                    "flags", settings,
+                )));
+                run_role::<apiway_agent::Agent>(sources, run).await
             }
             Role::Demo => demo::run().await,
             Role::Endpoints(args) => endpoints::run(args).await,

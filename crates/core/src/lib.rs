@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod choice;
 pub mod cidr;
+pub mod config;
 pub mod config_text;
 pub mod dial;
 pub mod drain;
@@ -20,6 +21,7 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod reload;
+pub mod runtime;
 pub mod select;
 pub mod sync;
 pub mod tls;

@@ -19,13 +19,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::connection::{self, Origin, Prepared};
-use crate::gateway::{Gateway, ListenerState};
+use crate::listener_state::ListenerState;
+use crate::route::RouteTable;
 
 /// Reads the request, routes it, connects a backend, forwards pipelined
 /// bytes and answers 200; `None` when the connection was answered with an
 /// error and closed instead.
 pub(crate) async fn prepare(
-    gateway: &Gateway,
+    routes: &RouteTable,
     listener: &ListenerState,
     mut client: TcpStream,
     peer: SocketAddr,
@@ -51,7 +52,7 @@ pub(crate) async fn prepare(
         }
     };
 
-    let Some(route) = gateway.route_for_authority(&request.authority) else {
+    let Some(route) = routes.route_for_authority(&request.authority) else {
         tracing::debug!(%peer, authority = %request.authority, "no route lists this authority; 403");
         handles.no_route("unknown_authority").inc();
         refuse(listener, &mut client, Status::Forbidden).await;

@@ -14,7 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::config::{ListenerKind, SendProxyProtocol};
-use crate::gateway::{Gateway, ListenerState, Route};
+use crate::listener_state::ListenerState;
+use crate::route::{Route, RouteTable};
 
 /// A connection ready to relay: the relay future (which owns both sockets
 /// and the backend's lease) and the route's name for the log. Built at the
@@ -40,7 +41,7 @@ pub(crate) fn prepared(client: TcpStream, connected: Connected, route: &Route) -
 /// kind at the moment it was accepted (a reload may change the kind of a
 /// kept socket; connections already accepted keep theirs).
 pub(crate) async fn serve(
-    gateway: Arc<Gateway>,
+    routes: Arc<RouteTable>,
     listener: Arc<ListenerState>,
     client: TcpStream,
     peer: SocketAddr,
@@ -63,26 +64,26 @@ pub(crate) async fn serve(
     let Some((relaying, route_name)) = (match kind {
         ListenerKind::Tls => {
             Box::pin(crate::sni_listener::prepare(
-                &gateway, &listener, client, peer,
+                &routes, &listener, client, peer,
             ))
             .await
         }
         ListenerKind::Proxy => {
             Box::pin(crate::proxy_listener::prepare(
-                &gateway, &listener, client, peer,
+                &routes, &listener, client, peer,
             ))
             .await
         }
         ListenerKind::Connect => {
             Box::pin(crate::connect_listener::prepare(
-                &gateway, &listener, client, peer,
+                &routes, &listener, client, peer,
             ))
             .await
         }
     }) else {
         return;
     };
-    drop(gateway);
+    drop(routes);
     let outcome = relaying.await;
     tracing::debug!(%peer, route = %route_name, ?outcome, "connection closed");
 }
@@ -233,13 +234,16 @@ mod tests {
     async fn the_connection_task_is_small() {
         let config = "listeners:\n  - { name: l, address: 127.0.0.1:0, kind: tls }\n";
         let snapshot = crate::config::parse(config).unwrap();
-        let gateway = Gateway::start(snapshot).await.unwrap();
+        let running = apiway_core::runtime::Running::<crate::Gateway>::start(snapshot)
+            .await
+            .unwrap();
+        let gateway = running.role();
         let listener = gateway.listener_state("l").unwrap();
         let addr = gateway.listener_addr("l").unwrap();
         let client = TcpStream::connect(addr).await.unwrap();
         let peer = client.local_addr().unwrap();
         let slot = apiway_core::listener::Slots::new(1).try_take().unwrap();
-        let task = serve(gateway.clone(), listener, client, peer, slot);
+        let task = serve(gateway.routes(), listener, client, peer, slot);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 512, "the connection future is {size} bytes");
     }

@@ -14,9 +14,11 @@ pub mod config;
 mod connect_listener;
 mod connection;
 mod gateway;
+mod listener_state;
 pub mod metrics;
 mod proxy_header;
 mod proxy_listener;
+mod route;
 pub mod router;
 mod sni_listener;
 

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use crate::cidr::TrustedSources;
 use crate::config::ProxyProtocolMode;
 use crate::connection::Origin;
-use crate::gateway::ListenerState;
+use crate::listener_state::ListenerState;
 
 /// What the headers at the start of a connection said.
 #[derive(Debug, Default, PartialEq, Eq)]

@@ -18,7 +18,8 @@ use std::net::SocketAddr;
 use tokio::net::TcpStream;
 
 use crate::connection::{self, Prepared};
-use crate::gateway::{Gateway, ListenerState};
+use crate::listener_state::ListenerState;
+use crate::route::RouteTable;
 
 /// The most headers read: a load balancer's, then an agent's.
 const MAX_STACKED_HEADERS: usize = 2;
@@ -27,7 +28,7 @@ const MAX_STACKED_HEADERS: usize = 2;
 /// forwards what followed the headers; `None` when the connection was
 /// closed instead.
 pub(crate) async fn prepare(
-    gateway: &Gateway,
+    routes: &RouteTable,
     listener: &ListenerState,
     mut client: TcpStream,
     peer: SocketAddr,
@@ -39,7 +40,7 @@ pub(crate) async fn prepare(
             .await?;
     let origin = headers.origin(&client, peer, listener.spec.load().address);
 
-    let Some(route) = gateway.route_for_destination(origin.destination) else {
+    let Some(route) = routes.route_for_destination(origin.destination) else {
         let reason = if headers.addresses.is_some() {
             "unknown_destination"
         } else {

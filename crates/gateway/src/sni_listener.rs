@@ -10,12 +10,13 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::connection::{self, OpenFailure, Prepared};
-use crate::gateway::{Gateway, ListenerState};
+use crate::listener_state::ListenerState;
+use crate::route::RouteTable;
 
 /// Reads the ClientHello, routes it, connects a backend and replays the
 /// hello; `None` when the connection was answered and closed instead.
 pub(crate) async fn prepare(
-    gateway: &Gateway,
+    routes: &RouteTable,
     listener: &ListenerState,
     mut client: TcpStream,
     peer: SocketAddr,
@@ -47,7 +48,7 @@ pub(crate) async fn prepare(
     };
     drop(spec);
 
-    let Some(route) = gateway.route_for(hello.server_name.as_deref()) else {
+    let Some(route) = routes.route_for(hello.server_name.as_deref()) else {
         let reason = if hello.server_name.is_some() {
             "unknown_sni"
         } else {
