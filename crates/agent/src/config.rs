@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use apiway_core::config::source::Merge;
 use apiway_core::config::{AdminSection, Common, DrainSection};
+use apiway_core::connector::{TcpConnector, Via};
 use apiway_core::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
 use apiway_core::health::{CheckKind, HealthCheck, HealthCheckConfig};
 use apiway_core::relay::RelayConfig;
@@ -267,6 +268,8 @@ pub struct UpstreamSpec {
     pub relay: RelayConfig,
     /// Close relayed connections when their endpoint is marked down.
     pub close_on_down: bool,
+    /// How connections reach the upstream (from the mode).
+    pub connector: TcpConnector,
     /// DNS re-resolution interval.
     pub dns_refresh: Duration,
 }
@@ -431,6 +434,20 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
     if max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
+    let connector = TcpConnector {
+        via: match mode {
+            UpstreamMode::Direct => Via::Direct,
+            UpstreamMode::Proxy => Via::ProxyHeader {
+                version: apiway_wire::proxy::Version::V2,
+                authority: authority.clone(),
+            },
+            UpstreamMode::Connect => Via::HttpConnect {
+                authority: connect_authority.clone(),
+                response_timeout: connect_response_timeout,
+            },
+        },
+        connect_timeout,
+    };
     Ok(Snapshot {
         common,
         listen,
@@ -457,6 +474,7 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             },
             close_on_down: file.close_on_down,
             dns_refresh,
+            connector,
         },
         max_connections,
     })

@@ -12,6 +12,7 @@ pub mod choice;
 pub mod cidr;
 pub mod config;
 pub mod config_text;
+pub mod connector;
 pub mod dial;
 pub mod drain;
 pub mod duration;

@@ -1,8 +1,10 @@
 //! TLS client settings for probes and dialers, built on rustls with the ring
 //! provider. Certificates are read from PEM with `rustls-pki-types`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -11,7 +13,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 
 /// TLS settings of a client connection.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TlsClientOptions {
     /// Server name to send and verify (default: chosen by the caller).
     pub server_name: Option<String>,
@@ -94,6 +96,47 @@ pub fn client_config(
     Ok(Arc::new(config))
 }
 
+/// What identifies a version of a file: its size and modification time.
+type FileStamp = Option<(u64, Option<SystemTime>)>;
+
+fn file_stamp(path: &Path) -> FileStamp {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.len(), meta.modified().ok()))
+}
+
+fn stamps(opts: &TlsClientOptions) -> Vec<FileStamp> {
+    let files = opts
+        .ca_file
+        .iter()
+        .chain(opts.client_cert.iter().flat_map(|(c, k)| [c, k]));
+    files.map(|f| file_stamp(f)).collect()
+}
+
+type CacheKey = (TlsClientOptions, Vec<Vec<u8>>);
+
+/// [`client_config`], built once and built again only when one of its
+/// files (CA, certificate, key) changes: rotated certificates (a renewed
+/// Secret, a CA bundle update) are picked up without a restart, and a
+/// caller that connects often does not read and parse PEM every time.
+pub fn cached_client_config(
+    opts: &TlsClientOptions,
+    alpn: &[&[u8]],
+) -> Result<Arc<ClientConfig>, TlsError> {
+    static CACHE: OnceLock<Mutex<HashMap<CacheKey, (Vec<FileStamp>, Arc<ClientConfig>)>>> =
+        OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let key = (opts.clone(), alpn.iter().map(|p| p.to_vec()).collect());
+    let now = stamps(opts);
+    if let Some((seen, config)) = crate::sync::lock(cache).get(&key) {
+        if *seen == now {
+            return Ok(config.clone());
+        }
+    }
+    let config = client_config(opts, alpn)?;
+    crate::sync::lock(cache).insert(key, (now, config.clone()));
+    Ok(config)
+}
+
 /// Accepts any certificate but still checks the handshake signatures, so the
 /// peer must hold the key of the certificate it shows. Used only when the
 /// operator gave no CA: the check then proves TLS works, not who answers.
@@ -142,5 +185,42 @@ impl ServerCertVerifier for NoVerification {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_ca(path: &Path) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["ca".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        std::fs::write(path, cert.pem()).unwrap();
+    }
+
+    #[test]
+    fn cached_configs_are_rebuilt_when_a_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        write_ca(&ca);
+        let opts = TlsClientOptions {
+            ca_file: Some(ca.clone()),
+            ..TlsClientOptions::default()
+        };
+        let a = cached_client_config(&opts, &[b"h2"]).unwrap();
+        let b = cached_client_config(&opts, &[b"h2"]).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "unchanged files: the same config");
+        let other_alpn = cached_client_config(&opts, &[b"http/1.1"]).unwrap();
+        assert!(!Arc::ptr_eq(&a, &other_alpn));
+        // A rotated CA (a different size is a sure change even on coarse
+        // modification-time clocks).
+        std::fs::write(&ca, format!("{}\n", std::fs::read_to_string(&ca).unwrap())).unwrap();
+        let c = cached_client_config(&opts, &[b"h2"]).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c), "a changed CA file: read again");
+        std::fs::write(&ca, "garbage").unwrap();
+        assert!(cached_client_config(&opts, &[b"h2"]).is_err());
     }
 }

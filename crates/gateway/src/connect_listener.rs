@@ -18,7 +18,7 @@ use apiway_wire::connect::{self, ConnectError, ConnectRequest, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::connection::{self, Origin, Prepared};
+use crate::forward::{self, Origin, Prepared};
 use crate::listener_state::ListenerState;
 use crate::route::RouteTable;
 
@@ -61,7 +61,7 @@ pub(crate) async fn prepare(
     tracing::debug!(%peer, authority = %request.authority, route = route.name(), "tunnel");
     let rest = buf.get(consumed..).unwrap_or_default();
     let origin = || Origin::of(&client, peer, listen);
-    let connected = match connection::open(&route, peer, origin, rest).await {
+    let connected = match forward::open(&route, peer, origin, rest).await {
         Ok(connected) => connected,
         Err(_) => {
             refuse(listener, &mut client, Status::BadGateway).await;
@@ -80,14 +80,14 @@ pub(crate) async fn prepare(
         return None;
     }
     handles.connect_response(established.code()).inc();
-    Some(connection::prepared(client, connected, &route))
+    Some(forward::prepared(client, connected, &route))
 }
 
 /// Answers with an error status, counts it, and closes.
 async fn refuse(listener: &ListenerState, client: &mut TcpStream, status: Status) {
     listener.handles.connect_response(status.code()).inc();
-    connection::answer_and_close(client, &status.render()).await;
-    connection::linger(client).await;
+    forward::answer_and_close(client, &status.render()).await;
+    forward::linger(client).await;
 }
 
 /// Reads until the buffer holds a whole request head. The error is the

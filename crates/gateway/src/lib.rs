@@ -13,6 +13,7 @@ pub mod cidr;
 pub mod config;
 mod connect_listener;
 mod connection;
+mod forward;
 mod gateway;
 mod listener_state;
 pub mod metrics;

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use crate::cidr::TrustedSources;
 use crate::config::ProxyProtocolMode;
-use crate::connection::Origin;
+use crate::forward::Origin;
 use crate::listener_state::ListenerState;
 
 /// What the headers at the start of a connection said.

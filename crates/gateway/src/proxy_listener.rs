@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
 
-use crate::connection::{self, Prepared};
+use crate::forward::{self, Prepared};
 use crate::listener_state::ListenerState;
 use crate::route::RouteTable;
 
@@ -52,8 +52,8 @@ pub(crate) async fn prepare(
     };
     tracing::debug!(%peer, client = %origin.client, destination = %origin.destination, outer_source = ?headers.outer_source, route = route.name(), "routed by destination");
     let rest = buf.get(headers.consumed..).unwrap_or_default();
-    match connection::open(&route, peer, || origin, rest).await {
-        Ok(connected) => Some(connection::prepared(client, connected, &route)),
+    match forward::open(&route, peer, || origin, rest).await {
+        Ok(connected) => Some(forward::prepared(client, connected, &route)),
         // The stream is the client's (usually TLS): no answer of ours
         // would mean anything to it, so the close is the answer.
         Err(_) => None,

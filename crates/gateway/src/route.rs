@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
+use apiway_core::connector::{TcpConnector, Via};
 use apiway_core::endpoint::EndpointSet;
 use apiway_core::metrics::BackendMetrics;
 use apiway_core::relay::RelayConfig;
 use apiway_wire::connect::Authority;
+use apiway_wire::proxy::Version;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
@@ -25,7 +26,7 @@ pub(crate) struct Route {
     spec: RouteSpec,
     name: Arc<str>,
     pub(crate) set: Arc<EndpointSet>,
-    pub(crate) connect_timeout: Duration,
+    pub(crate) connector: TcpConnector,
     pub(crate) relay: RelayConfig,
     pub(crate) routed: Counter,
     pub(crate) unavailable: Counter,
@@ -43,10 +44,25 @@ impl Route {
     pub(crate) fn name_arc(&self) -> Arc<str> {
         self.name.clone()
     }
+}
 
-    /// The PROXY header this route sends its backends, if any.
-    pub(crate) fn send_proxy_protocol(&self) -> Option<SendProxyProtocol> {
-        self.spec.send_proxy_protocol
+/// How a route reaches its backends: directly, or with the PROXY header
+/// it sends.
+fn connector(spec: &RouteSpec) -> TcpConnector {
+    let via = match spec.send_proxy_protocol {
+        None => Via::Direct,
+        Some(SendProxyProtocol::V1) => Via::ProxyHeader {
+            version: Version::V1,
+            authority: None,
+        },
+        Some(SendProxyProtocol::V2) => Via::ProxyHeader {
+            version: Version::V2,
+            authority: None,
+        },
+    };
+    TcpConnector {
+        via,
+        connect_timeout: spec.connect_timeout,
     }
 }
 
@@ -153,7 +169,7 @@ impl RouteTable {
                     Arc::new(Route {
                         name: r.name.clone(),
                         set: r.set.clone(),
-                        connect_timeout: spec.connect_timeout,
+                        connector: connector(&spec),
                         relay: spec.relay.clone(),
                         routed: r.routed.clone(),
                         unavailable: r.unavailable.clone(),
@@ -186,7 +202,7 @@ impl RouteFactory {
         };
         Arc::new(Route {
             name: Arc::from(spec.name.as_str()),
-            connect_timeout: spec.connect_timeout,
+            connector: connector(&spec),
             relay: spec.relay.clone(),
             routed: self.metrics.routed.get_or_create_owned(&labels),
             unavailable: self.metrics.unavailable.get_or_create_owned(&labels),

@@ -9,7 +9,7 @@ use apiway_wire::sni::{self, AlertDescription, ClientHello, SniError};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
-use crate::connection::{self, OpenFailure, Prepared};
+use crate::forward::{self, OpenFailure, Prepared};
 use crate::listener_state::ListenerState;
 use crate::route::RouteTable;
 
@@ -62,8 +62,8 @@ pub(crate) async fn prepare(
     drop(hello);
 
     let origin = || headers.origin(&client, peer, listen);
-    match connection::open(&route, peer, origin, &hello_bytes).await {
-        Ok(connected) => Some(connection::prepared(client, connected, &route)),
+    match forward::open(&route, peer, origin, &hello_bytes).await {
+        Ok(connected) => Some(forward::prepared(client, connected, &route)),
         Err(OpenFailure::Unavailable) => {
             send_alert(&mut client, AlertDescription::InternalError).await;
             None
@@ -105,5 +105,5 @@ async fn read_client_hello(
 }
 
 async fn send_alert(client: &mut TcpStream, alert: AlertDescription) {
-    connection::answer_and_close(client, &sni::alert_record(alert)).await;
+    forward::answer_and_close(client, &sni::alert_record(alert)).await;
 }
