@@ -145,90 +145,84 @@ impl Connector for TcpConnector {
         }
     }
 
-    fn connect<'a>(
+    async fn connect<'a>(
         &'a self,
         set: &'a EndpointSet,
         origin: impl FnOnce() -> Result<Origin, String> + Send + 'a,
         early: &'a [u8],
-    ) -> impl Future<Output = Result<Established, ConnectorError>> + Send + 'a {
-        async move {
-            let origin = match self.needs_origin() {
-                true => Some(origin().map_err(ConnectorError::Origin)?),
-                false => None,
-            };
-            let (preface, authority) = match (&self.via, origin) {
-                (Via::Direct, _) => (std::borrow::Cow::Borrowed(early), None),
-                (Via::ProxyHeader { version, authority }, Some(origin)) => {
-                    let mut bytes =
-                        proxy_header(*version, authority.clone(), origin).map_err(|e| {
-                            ConnectorError::Preface(format!("cannot render the PROXY header: {e}"))
-                        })?;
-                    bytes.extend_from_slice(early);
-                    (std::borrow::Cow::Owned(bytes), None)
-                }
-                (Via::HttpConnect { authority, .. }, origin) => {
-                    let authority = match (authority, origin) {
-                        (Some(a), _) => a.clone(),
-                        (None, Some(o)) => Self::authority(&None, &o),
-                        (None, None) => {
-                            return Err(ConnectorError::Origin("no destination".into()))
-                        }
-                    };
-                    let request = connect_response::request(&authority).map_err(|e| {
-                        ConnectorError::Preface(format!("CONNECT {authority}: {e}"))
-                    })?;
-                    (std::borrow::Cow::Owned(request), Some(authority))
-                }
-                (Via::ProxyHeader { .. }, None) => {
-                    return Err(ConnectorError::Origin("no destination".into()))
-                }
-            };
-            let mut connected = forward::open(set, self.connect_timeout, &preface)
-                .await
-                .map_err(|e| match e {
-                    ForwardError::Unavailable(d) => ConnectorError::Unavailable(d),
-                    other => ConnectorError::Closed(other),
+    ) -> Result<Established, ConnectorError> {
+        let origin = match self.needs_origin() {
+            true => Some(origin().map_err(ConnectorError::Origin)?),
+            false => None,
+        };
+        let (preface, authority) = match (&self.via, origin) {
+            (Via::Direct, _) => (std::borrow::Cow::Borrowed(early), None),
+            (Via::ProxyHeader { version, authority }, Some(origin)) => {
+                let mut bytes = proxy_header(*version, authority.clone(), origin).map_err(|e| {
+                    ConnectorError::Preface(format!("cannot render the PROXY header: {e}"))
                 })?;
-            let mut pending = Vec::new();
-            if let (
-                Via::HttpConnect {
-                    response_timeout, ..
-                },
-                Some(authority),
-            ) = (&self.via, authority)
-            {
-                let upstream = connected.lease.endpoint().name().to_owned();
-                let refused = |reason: String| ConnectorError::Refused {
-                    upstream: upstream.clone(),
-                    authority: authority.clone(),
-                    reason,
-                };
-                pending = tokio::time::timeout(
-                    *response_timeout,
-                    read_connect_answer(&mut connected.stream),
-                )
-                .await
-                .map_err(|_| refused(format!("no answer within {response_timeout:?}")))?
-                .map_err(refused)?;
-                if !early.is_empty() {
-                    // The tunnel is open: the client's early bytes go
-                    // through it now.
-                    use tokio::io::AsyncWriteExt;
-                    connected
-                        .stream
-                        .write_all(early)
-                        .await
-                        .map_err(|e| refused(format!("writing into the tunnel: {e}")))?;
-                    connected
-                        .lease
-                        .endpoint()
-                        .metrics()
-                        .to_backend
-                        .inc_by(early.len() as u64);
-                }
+                bytes.extend_from_slice(early);
+                (std::borrow::Cow::Owned(bytes), None)
             }
-            Ok(Established { connected, pending })
+            (Via::HttpConnect { authority, .. }, origin) => {
+                let authority = match (authority, origin) {
+                    (Some(a), _) => a.clone(),
+                    (None, Some(o)) => Self::authority(&None, &o),
+                    (None, None) => return Err(ConnectorError::Origin("no destination".into())),
+                };
+                let request = connect_response::request(&authority)
+                    .map_err(|e| ConnectorError::Preface(format!("CONNECT {authority}: {e}")))?;
+                (std::borrow::Cow::Owned(request), Some(authority))
+            }
+            (Via::ProxyHeader { .. }, None) => {
+                return Err(ConnectorError::Origin("no destination".into()))
+            }
+        };
+        let mut connected = forward::open(set, self.connect_timeout, &preface)
+            .await
+            .map_err(|e| match e {
+                ForwardError::Unavailable(d) => ConnectorError::Unavailable(d),
+                other => ConnectorError::Closed(other),
+            })?;
+        let mut pending = Vec::new();
+        if let (
+            Via::HttpConnect {
+                response_timeout, ..
+            },
+            Some(authority),
+        ) = (&self.via, authority)
+        {
+            let upstream = connected.lease.endpoint().name().to_owned();
+            let refused = |reason: String| ConnectorError::Refused {
+                upstream: upstream.clone(),
+                authority: authority.clone(),
+                reason,
+            };
+            pending = tokio::time::timeout(
+                *response_timeout,
+                read_connect_answer(&mut connected.stream),
+            )
+            .await
+            .map_err(|_| refused(format!("no answer within {response_timeout:?}")))?
+            .map_err(refused)?;
+            if !early.is_empty() {
+                // The tunnel is open: the client's early bytes go
+                // through it now.
+                use tokio::io::AsyncWriteExt;
+                connected
+                    .stream
+                    .write_all(early)
+                    .await
+                    .map_err(|e| refused(format!("writing into the tunnel: {e}")))?;
+                connected
+                    .lease
+                    .endpoint()
+                    .metrics()
+                    .to_backend
+                    .inc_by(early.len() as u64);
+            }
         }
+        Ok(Established { connected, pending })
     }
 }
 

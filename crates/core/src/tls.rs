@@ -113,6 +113,7 @@ fn stamps(opts: &TlsClientOptions) -> Vec<FileStamp> {
 }
 
 type CacheKey = (TlsClientOptions, Vec<Vec<u8>>);
+type Cache = Mutex<HashMap<CacheKey, (Vec<FileStamp>, Arc<ClientConfig>)>>;
 
 /// [`client_config`], built once and built again only when one of its
 /// files (CA, certificate, key) changes: rotated certificates (a renewed
@@ -122,8 +123,7 @@ pub fn cached_client_config(
     opts: &TlsClientOptions,
     alpn: &[&[u8]],
 ) -> Result<Arc<ClientConfig>, TlsError> {
-    static CACHE: OnceLock<Mutex<HashMap<CacheKey, (Vec<FileStamp>, Arc<ClientConfig>)>>> =
-        OnceLock::new();
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (opts.clone(), alpn.iter().map(|p| p.to_vec()).collect());
     let now = stamps(opts);
