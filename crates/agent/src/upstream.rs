@@ -124,7 +124,7 @@ async fn prepare(
             }
             Err(e @ ConnectorError::Refused { .. }) => {
                 handles.connect_failed.inc();
-                tracing::warn!(%peer, "closing the client: {e}");
+                tracing::warn!(%peer, "CONNECT failed, closing the client: {e}");
                 return None;
             }
             Err(e) => {

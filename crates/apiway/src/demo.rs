@@ -77,7 +77,6 @@ routes:
     health_check: {{ kind: tcp, interval: 300ms }}
 default_route: reject
 drain: {{ delay: 0s, grace_period: 1s }}
-admin: {{ address: 127.0.0.1:0 }}
 "#,
         a1 = a1.addr(),
         a2 = a2.addr(),

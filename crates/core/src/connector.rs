@@ -49,7 +49,7 @@ pub enum ConnectorError {
     #[error("{0}")]
     Closed(ForwardError),
     /// The upstream (a gateway) refused or did not answer the `CONNECT`.
-    #[error("CONNECT {authority} through {upstream} failed: {reason}")]
+    #[error("CONNECT {authority} through {upstream}: {reason}")]
     Refused {
         /// The endpoint that answered.
         upstream: String,

@@ -235,6 +235,11 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
                 let trigger = tokio::select! {
                     _ = out.stop.cancelled() => return,
                     _ = tokio::time::sleep(poll) => Trigger::Change,
+                    // A new interval (a reload applied one): sleep anew with it.
+                    changed = out.poll.changed() => match changed {
+                        Ok(()) => continue,
+                        Err(_) => return,
+                    },
                     changed = out.resync.changed() => match changed {
                         Ok(()) => Trigger::Signal,
                         Err(_) => return,
@@ -264,22 +269,26 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
 mod tests {
     use super::*;
 
-    fn sender<F>() -> (
-        SourceSender<F>,
-        mpsc::Receiver<SourceEvent<F>>,
-        watch::Sender<u64>,
-        CancellationToken,
-    ) {
+    struct Harness<F> {
+        rx: mpsc::Receiver<SourceEvent<F>>,
+        resync: watch::Sender<u64>,
+        poll: watch::Sender<Duration>,
+        stop: CancellationToken,
+    }
+
+    fn sender<F>() -> (SourceSender<F>, Harness<F>) {
         let (tx, rx) = mpsc::channel(8);
-        // The receiver keeps the last value once the sender is gone.
-        let (_, poll) = watch::channel(Duration::from_millis(20));
+        let (poll_tx, poll) = watch::channel(Duration::from_millis(20));
         let (resync_tx, resync) = watch::channel(0);
         let stop = CancellationToken::new();
         (
             SourceSender::new(0, tx, poll, resync, stop.clone()),
-            rx,
-            resync_tx,
-            stop,
+            Harness {
+                rx,
+                resync: resync_tx,
+                poll: poll_tx,
+                stop,
+            },
         )
     }
 
@@ -296,8 +305,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.yaml");
         std::fs::write(&path, "a\n").unwrap();
-        let (out, mut rx, resync, stop) = sender();
+        let (out, mut h) = sender();
         let task = tokio::spawn(Box::new(FileSource::new(&path, lines)).run(out));
+        let rx = &mut h.rx;
         let first = rx.recv().await.unwrap();
         assert_eq!((first.fragment, first.trigger), (Ok(1), Trigger::Start));
 
@@ -319,9 +329,20 @@ mod tests {
         assert!(tokio::time::timeout(Duration::from_millis(150), rx.recv())
             .await
             .is_err());
-        resync.send_modify(|n| *n += 1);
+        h.resync.send_modify(|n| *n += 1);
         let forced = rx.recv().await.unwrap();
         assert_eq!((forced.fragment, forced.trigger), (Ok(2), Trigger::Signal));
+
+        // A long interval: a change waits for it, unless a new interval
+        // comes (what a reload of `reload_interval` does).
+        h.poll.send_replace(Duration::from_secs(3600));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        std::fs::write(&path, "a\nb\nc\n").unwrap();
+        assert!(tokio::time::timeout(Duration::from_millis(150), rx.recv())
+            .await
+            .is_err());
+        h.poll.send_replace(Duration::from_millis(20));
+        assert_eq!(rx.recv().await.unwrap().fragment, Ok(3));
 
         std::fs::remove_file(&path).unwrap();
         let gone = rx.recv().await.unwrap();
@@ -329,16 +350,16 @@ mod tests {
             .fragment
             .unwrap_err()
             .contains("cannot read the config file"));
-        stop.cancel();
+        h.stop.cancel();
         task.await.unwrap();
     }
 
     #[tokio::test]
     async fn static_source_sends_once() {
-        let (out, mut rx, _resync, _stop) = sender();
+        let (out, mut h) = sender();
         Box::new(StaticSource::new("flags", 7)).run(out).await;
-        let e = rx.recv().await.unwrap();
+        let e = h.rx.recv().await.unwrap();
         assert_eq!((e.fragment, e.trigger), (Ok(7), Trigger::Start));
-        assert!(rx.recv().await.is_none());
+        assert!(h.rx.recv().await.is_none());
     }
 }

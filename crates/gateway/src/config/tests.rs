@@ -74,22 +74,22 @@ fn errors_name_the_problem() {
     );
     assert!(err(&r("  - name: c\n    backends: []\n")).contains("at least one backend"));
     assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: https, ca_file: /nonexistent/ca.pem}\n"))
-        .contains("routes[1] (c).health_check.ca_file: /nonexistent/ca.pem"));
+            .contains("routes[1] (c).health_check.ca_file: /nonexistent/ca.pem"));
     assert!(err(&r("  - name: c\n    backends: [{address: 127.0.0.1:8}]\n    health_check: {kind: tcp, interval: 1x}\n"))
-        .contains("1x"));
+            .contains("1x"));
 }
 
 const IN_CLUSTER: &str = r#"
 listeners:
   - name: in-cluster
-address: 127.0.0.1:8444
-kind: proxy
-trusted_sources: ["127.0.0.0/8", "10.0.0.0/8"]
+    address: 127.0.0.1:8444
+    kind: proxy
+    trusted_sources: ["127.0.0.0/8", "10.0.0.0/8"]
 routes:
   - name: cluster-a
-hostnames: ["api.a.example.com"]
-destinations: ["10.1.2.3:443"]
-backends: [{ address: 127.0.0.1:7001 }]
+    hostnames: ["api.a.example.com"]
+    destinations: ["10.1.2.3:443"]
+    backends: [{ address: 127.0.0.1:7001 }]
 "#;
 
 #[test]
@@ -116,8 +116,8 @@ fn the_in_cluster_example_parses() {
 fn new_kinds_check_their_fields() {
     let one = |listener: &str, route: &str| {
         parse(&format!(
-            "listeners: [{listener}]\nroutes:\n  - name: a\n    backends: [{{address: 127.0.0.1:7}}]\n{route}"
-        ))
+                "listeners: [{listener}]\nroutes:\n  - name: a\n    backends: [{{address: 127.0.0.1:7}}]\n{route}"
+            ))
     };
     let proxy = "{name: p, address: 127.0.0.1:1, kind: proxy, trusted_sources: [10.0.0.0/8]}";
     assert!(one(proxy, "").is_ok());
@@ -133,11 +133,11 @@ fn new_kinds_check_their_fields() {
         "listeners[0] (p).trusted_sources[0]: `10.0.0.1/8` has host bits set (write 10.0.0.0/8)"
     ));
     assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy, proxy_protocol: required, trusted_sources: [10.0.0.0/8]}", "")
-        .unwrap_err()
-        .contains("always requires the header"));
+            .unwrap_err()
+            .contains("always requires the header"));
     assert!(one("{name: p, address: 127.0.0.1:1, kind: proxy, client_hello_timeout: 1s, trusted_sources: [10.0.0.0/8]}", "")
-        .unwrap_err()
-        .contains("client_hello_timeout applies to kind: tls only"));
+            .unwrap_err()
+            .contains("client_hello_timeout applies to kind: tls only"));
     assert!(one(
         "{name: t, address: 127.0.0.1:1, kind: tls, trusted_sources: [10.0.0.0/8]}",
         ""
@@ -185,8 +185,8 @@ fn new_kinds_check_their_fields() {
         .starts_with("invalid YAML"));
     let two = |field: &str, a: &str, b: &str| {
         parse(&format!(
-            "listeners: [{proxy}]\nroutes:\n  - name: a\n    {field}: [{a}]\n    backends: [{{address: 127.0.0.1:7}}]\n  - name: b\n    {field}: [{b}]\n    backends: [{{address: 127.0.0.1:8}}]\n"
-        ))
+                "listeners: [{proxy}]\nroutes:\n  - name: a\n    {field}: [{a}]\n    backends: [{{address: 127.0.0.1:7}}]\n  - name: b\n    {field}: [{b}]\n    backends: [{{address: 127.0.0.1:8}}]\n"
+            ))
     };
     assert!(two("destinations", "10.1.2.3:443", "10.1.2.3:443")
         .unwrap_err()
