@@ -92,9 +92,9 @@ pub async fn connect(set: &EndpointSet, timeout: Duration) -> Result<Connected, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use crate::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
     use crate::metrics::BackendMetrics;
+    use std::sync::Arc;
 
     fn set(addrs: &[String]) -> Arc<EndpointSet> {
         EndpointSet::new(

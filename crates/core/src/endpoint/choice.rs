@@ -48,8 +48,8 @@ use std::time::{Duration, Instant};
 
 pub use super::membership::Listed;
 use super::membership::Membership;
-pub use super::penalty::{Block, Failure};
 use super::penalty::Blocks;
+pub use super::penalty::{Block, Failure};
 use super::select::{best, Candidate};
 
 /// Settings of an [`EndpointChoice`].
@@ -212,10 +212,7 @@ impl<K: Clone + Eq + Hash> EndpointChoice<K> {
         let block = self.blocks.record(key, failure, now);
         if self.in_use.as_ref() == Some(key) {
             self.in_use = None;
-            let local = self
-                .alternatives()
-                .iter()
-                .any(|l| &l.key == key && l.local);
+            let local = self.alternatives().iter().any(|l| &l.key == key && l.local);
             if local && block != Block::Forever {
                 self.home = Some(key.clone());
             }

@@ -361,7 +361,6 @@ mod tests {
         assert!((e.metrics().latency_seconds.get() - 0.030).abs() < 1e-9);
     }
 
-
     #[tokio::test]
     async fn a_check_taking_the_endpoint_down_wakes_its_connections() {
         let e = Endpoint::new(
@@ -426,5 +425,4 @@ mod tests {
         assert!(!e.is_ejected_at(now + Duration::from_millis(351)));
         assert!(e.is_available_at(now + Duration::from_millis(351)));
     }
-
 }

@@ -137,9 +137,7 @@ impl<K: Clone + Eq> Membership<K> {
 
 /// The addresses in `endpoints` named by DNS.
 pub fn names(endpoints: &[Address]) -> impl Iterator<Item = &Address> {
-    endpoints
-        .iter()
-        .filter(|a| matches!(a.host, Host::Name(_)))
+    endpoints.iter().filter(|a| matches!(a.host, Host::Name(_)))
 }
 
 /// `endpoints` with every DNS name replaced by one member per address it

@@ -24,7 +24,6 @@ use super::penalty::Ejection;
 use super::select::{best, Candidate, Hysteresis, Policy};
 use crate::metrics::BackendMetrics;
 
-
 /// The desired shape of an endpoint set; applying it keeps the state of
 /// endpoints whose address did not change.
 #[derive(Clone, Debug, PartialEq)]
@@ -509,7 +508,9 @@ mod tests {
         two.record_connect_failure_at(&Ejection::default(), now);
         assert_eq!(set.pick_at(now, &[]).unwrap().name(), "127.0.0.1:1");
         assert_eq!(
-            set.pick_at(now + Duration::from_secs(2), &[]).unwrap().name(),
+            set.pick_at(now + Duration::from_secs(2), &[])
+                .unwrap()
+                .name(),
             "127.0.0.1:1",
             "the choice made during the ejection stays"
         );
