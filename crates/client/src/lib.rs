@@ -12,7 +12,9 @@
 //! among them is
 //! [`apiway_core::endpoint::choice`], core's endpoint model, which serves every role:
 //!
-//! 1. the endpoint in use, while it works (no flapping);
+//! 1. the endpoint in use, while it works (no flapping), except that a
+//!    local endpoint the client left after a failure takes over again
+//!    once its block ends;
 //! 2. otherwise an alternative whose address is on a local interface;
 //! 3. otherwise the origin, if listed; otherwise the next alternative;
 //! 4. when every alternative is blocked or failed, the origin itself.

@@ -150,6 +150,20 @@ pub const DNS_REFRESH: Duration = Duration::from_secs(10);
 pub const DNS_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
+impl HealthCheck {
+    /// A TCP check with the default timing and these thresholds.
+    pub(crate) fn tcp(rise: u32, fall: u32) -> HealthCheck {
+        HealthCheck {
+            probe: Probe::Tcp,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(2),
+            rise,
+            fall,
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

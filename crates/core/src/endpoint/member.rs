@@ -367,19 +367,7 @@ mod tests {
             Address::parse("127.0.0.1:1").unwrap(),
             BackendHandles::default(),
         );
-        let check = crate::endpoint::check::HealthCheckConfig {
-            kind: crate::endpoint::check::CheckKind::Tcp,
-            path: None,
-            interval: None,
-            timeout: None,
-            rise: Some(1),
-            fall: Some(2),
-            server_name: None,
-            ca_file: None,
-            insecure_skip_verify: false,
-        }
-        .validate()
-        .unwrap();
+        let check = crate::endpoint::check::HealthCheck::tcp(1, 2);
         let down = e.marked_down();
         tokio::pin!(down);
         down.as_mut().enable();

@@ -527,19 +527,7 @@ mod tests {
             BackendMetrics::default(),
         );
         measured(&set, &[1, 20]);
-        let check = crate::endpoint::check::HealthCheckConfig {
-            kind: crate::endpoint::check::CheckKind::Tcp,
-            path: None,
-            interval: None,
-            timeout: None,
-            rise: Some(1),
-            fall: Some(1),
-            server_name: None,
-            ca_file: None,
-            insecure_skip_verify: false,
-        }
-        .validate()
-        .unwrap();
+        let check = crate::endpoint::check::HealthCheck::tcp(1, 1);
         let local = set.members_full().endpoints[1].clone();
         assert_eq!(set.pick(&[]).unwrap().name(), "127.0.0.1:2");
         // The local API server fails its check: the remote one is chosen
