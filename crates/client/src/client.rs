@@ -1,16 +1,19 @@
 //! The client: picks an endpoint with core's [`EndpointChoice`], keeps one
-//! HTTP/2 connection per endpoint, moves a request on when that is safe,
-//! and learns alternatives from the answers.
+//! HTTP/2 connection per endpoint, moves a request on when that is safe
+//! (core's [`failover::attempt`]), and learns alternatives from the
+//! answers.
 
 mod probe;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use apiway_core::choice::{Block, ChoicePolicy, EndpointChoice, Failure, Listed};
-use apiway_core::endpoint::{is_local_ip, Address, Endpoint, Host};
-use apiway_core::metrics::BackendHandles;
+use apiway_core::endpoint::choice::{Block, ChoicePolicy, EndpointChoice, Failure, Listed};
+use apiway_core::endpoint::failover::{self, Pool, Reached};
+use apiway_core::endpoint::{is_local_ip, Address, Host};
 use bytes::Bytes;
 use http::header::HOST;
 use http::{HeaderValue, Method, Request, Response, Uri};
@@ -58,8 +61,6 @@ pub(crate) struct Inner {
 #[derive(Debug)]
 struct State {
     choice: EndpointChoice<Address>,
-    /// core's view of each endpoint: resolution and dialing.
-    endpoints: HashMap<Address, Arc<Endpoint>>,
     connections: HashMap<Address, SendRequest<Body>>,
 }
 
@@ -120,7 +121,6 @@ impl Client {
                 origin_label,
                 state: Mutex::new(State {
                     choice,
-                    endpoints: HashMap::new(),
                     connections: HashMap::new(),
                 }),
             }),
@@ -212,34 +212,66 @@ impl Client {
             }
         }
         let repeatable = parts.method == Method::GET || parts.method == Method::HEAD;
-        let mut tried: Vec<Address> = Vec::new();
-        let mut attempts: Vec<Attempt> = Vec::new();
-        let mut redialed = false;
+        let redialed = AtomicBool::new(false);
+        let (parts, body, path, redialed) = (&parts, &body, &path, &redialed);
+        let reached = failover::attempt(self, |key| async move {
+            self.attempt(key, parts, body, path, repeatable, redialed)
+                .await
+        })
+        .await;
+        match reached {
+            Ok(Reached {
+                value: Ok((response, key)),
+                failures,
+            }) => {
+                let failed_over = failures.last().map(|a| a.kind).or(moved);
+                self.succeeded(&key, &response, failed_over);
+                Ok((response, key))
+            }
+            Ok(Reached { value: Err(e), .. }) => Err(e),
+            Err(attempts) => Err(Error::Unreachable { attempts }),
+        }
+    }
+
+    /// One attempt of a request on `key`: `Break` with the response, or
+    /// with an error that must not move on (the request may have been
+    /// sent); `Continue` with the failure when the next endpoint may take
+    /// it.
+    async fn attempt(
+        &self,
+        key: Address,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        path: &http::uri::PathAndQuery,
+        repeatable: bool,
+        redialed: &AtomicBool,
+    ) -> ControlFlow<Result<(Response<Incoming>, Address), Error>, Attempt> {
+        // The origin is dialed as a plain client would, even when an
+        // alternative names it.
+        let alternative = key != self.inner.config.origin;
+        let target = match self.target(&key, alternative) {
+            Ok(target) => target,
+            Err(e) => return ControlFlow::Break(Err(e)),
+        };
+        let uri = Uri::builder()
+            .scheme("https")
+            .authority(target.authority.clone())
+            .path_and_query(path.clone())
+            .build();
+        let uri = match uri {
+            Ok(uri) => uri,
+            Err(e) => return ControlFlow::Break(Err(Error::InvalidRequest(e.to_string()))),
+        };
         loop {
-            let Some(key) = self.pick(&tried) else {
-                return Err(Error::Unreachable { attempts });
-            };
-            tried.push(key.clone());
-            // The origin is dialed as a plain client would, even when an
-            // alternative names it.
-            let alternative = key != self.inner.config.origin;
-            let target = self.target(&key, alternative)?;
             let (mut sender, reused) = match self.connection(&key, &target, alternative).await {
                 Ok(connection) => connection,
                 Err(e) => {
-                    self.fail(&key, e.failure, e.kind, &e.reason, &mut attempts);
-                    continue;
+                    return ControlFlow::Continue(self.fail(&key, e.failure, e.kind, &e.reason))
                 }
             };
-            let uri = Uri::builder()
-                .scheme("https")
-                .authority(target.authority.clone())
-                .path_and_query(path.clone())
-                .build()
-                .map_err(|e| Error::InvalidRequest(e.to_string()))?;
             let mut outgoing = Request::new(Body::new(body.clone()));
             *outgoing.method_mut() = parts.method.clone();
-            *outgoing.uri_mut() = uri;
+            *outgoing.uri_mut() = uri.clone();
             *outgoing.headers_mut() = parts.headers.clone();
             if let Some(alt_used) = &target.alt_used {
                 outgoing
@@ -247,32 +279,27 @@ impl Client {
                     .insert(crate::ALT_USED, alt_used.clone());
             }
             match sender.try_send_request(outgoing).await {
-                Ok(response) => {
-                    let failed_over = attempts.last().map(|a| a.kind).or(moved);
-                    self.succeeded(&key, &response, failed_over);
-                    return Ok((response, key));
-                }
+                Ok(response) => return ControlFlow::Break(Ok((response, key))),
                 Err(mut e) => {
                     let never_sent = e.take_message().is_some();
                     let error = e.into_error();
-                    if never_sent && reused && !redialed {
+                    if never_sent && reused && !redialed.swap(true, Ordering::Relaxed) {
                         // An open connection that went away while idle
                         // (GOAWAY, idle close) says nothing about the
                         // endpoint: dial it again, once per request.
-                        redialed = true;
                         self.state().connections.remove(&key);
-                        tried.pop();
                         continue;
                     }
                     let reason = error.to_string();
-                    self.fail(&key, Failure::Network, "request", &reason, &mut attempts);
+                    let attempt = self.fail(&key, Failure::Network, "request", &reason);
                     if !(never_sent || repeatable) {
-                        return Err(Error::MaybeSent {
-                            method: parts.method,
+                        return ControlFlow::Break(Err(Error::MaybeSent {
+                            method: parts.method.clone(),
                             endpoint: key.to_string(),
                             source: error,
-                        });
+                        }));
                     }
+                    return ControlFlow::Continue(attempt);
                 }
             }
         }
@@ -319,23 +346,6 @@ impl Client {
         }
     }
 
-    /// The best endpoint not in `tried`, once expired alternatives are gone.
-    pub(crate) fn pick(&self, tried: &[Address]) -> Option<Address> {
-        let now = Instant::now();
-        let mut state = self.state();
-        state.choice.expire(now);
-        state.choice.pick(now, tried)
-    }
-
-    /// core's endpoint for `key` (resolution and dialing), made on first use.
-    pub(crate) fn endpoint(&self, key: &Address) -> Arc<Endpoint> {
-        self.state()
-            .endpoints
-            .entry(key.clone())
-            .or_insert_with(|| Arc::new(Endpoint::new(key.clone(), BackendHandles::default())))
-            .clone()
-    }
-
     /// The client's settings.
     pub(crate) fn config(&self) -> &ClientConfig {
         &self.inner.config
@@ -377,12 +387,7 @@ impl Client {
                 state.connections.remove(key);
             }
         }
-        let endpoint = self.endpoint(key);
-        let sender = self
-            .inner
-            .dialer
-            .connect(&endpoint, target, alternative)
-            .await?;
+        let sender = self.inner.dialer.connect(key, target, alternative).await?;
         self.state().connections.insert(key.clone(), sender.clone());
         tracing::debug!(endpoint = %key, alternative, "connected");
         Ok((sender, false))
@@ -401,20 +406,18 @@ impl Client {
     }
 
     /// Records that `key` failed (`kind` is the metric's reason label):
-    /// drops its connection, blocks it, and adds an [`Attempt`].
+    /// drops its connection and blocks it; returns the [`Attempt`].
     pub(crate) fn fail(
         &self,
         key: &Address,
         failure: Failure,
         kind: &'static str,
         reason: &str,
-        attempts: &mut Vec<Attempt>,
-    ) {
+    ) -> Attempt {
         let (block, was_in_use) = {
             let mut state = self.state();
-            state.connections.remove(key);
             // A DNS name is resolved again on the next dial.
-            state.endpoints.remove(key);
+            state.connections.remove(key);
             let was_in_use = state.choice.in_use() == Some(key);
             (
                 state.choice.record_failure(key, failure, Instant::now()),
@@ -451,12 +454,12 @@ impl Client {
             metrics.in_use.get_or_create(&labels).set(0);
         }
         tracing::warn!(endpoint = %key, ?failure, ?block, "API server endpoint failed: {reason}");
-        attempts.push(Attempt {
+        Attempt {
             endpoint: key.to_string(),
             failure,
             kind,
             reason: reason.to_owned(),
-        });
+        }
     }
 
     fn succeeded(
@@ -533,7 +536,7 @@ impl Client {
     /// A response body from `key` broke off: block it like any network
     /// failure.
     pub(crate) fn fail_body(&self, key: &Address, reason: &str) {
-        self.fail(key, Failure::Network, "body", reason, &mut Vec::new());
+        self.fail(key, Failure::Network, "body", reason);
     }
 
     /// Replaces the discovered alternatives; returns how many there are.
@@ -586,18 +589,27 @@ impl Client {
     }
 }
 
+/// The client's endpoints as a failover pool: the choice at `now`, once
+/// expired alternatives are gone.
+impl Pool for Client {
+    type Endpoint = Address;
+
+    fn next(&self, now: Instant, tried: &[Address]) -> Option<Address> {
+        let mut state = self.state();
+        state.choice.expire(now);
+        state.choice.pick(now, tried)
+    }
+}
+
 impl State {
     /// Forgets what belongs to endpoints no longer listed, so a churning
     /// list cannot grow the maps without bound.
     fn forget_unlisted(&mut self) {
         let State {
             choice,
-            endpoints,
             connections,
         } = self;
-        let keep = |key: &Address| key == choice.origin() || choice.is_listed(key);
-        endpoints.retain(|key, _| keep(key));
-        connections.retain(|key, _| keep(key));
+        connections.retain(|key, _| key == choice.origin() || choice.is_listed(key));
     }
 }
 

@@ -1,12 +1,14 @@
-//! One HTTP/2 connection to one endpoint: TCP (through core's dialer), TLS
+//! One HTTP/2 connection to one endpoint: TCP (through core's
+//! [`connect_address`](apiway_core::endpoint::failover::connect_address)), TLS
 //! that verifies the certificate for the right name, the HTTP/2 handshake
 //! and, on an alternative, a `/readyz` check before it carries traffic.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiway_core::choice::Failure;
-use apiway_core::endpoint::Endpoint;
+use apiway_core::endpoint::choice::Failure;
+use apiway_core::endpoint::failover::connect_address;
+use apiway_core::endpoint::Address;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode, Uri};
 use http_body_util::Full;
@@ -89,11 +91,11 @@ impl Dialer {
     /// answer 200 before the connection is returned.
     pub(crate) async fn connect(
         &self,
-        endpoint: &Endpoint,
+        endpoint: &Address,
         target: &Target,
         check: bool,
     ) -> Result<SendRequest<Body>, ConnectError> {
-        let (tcp, peer) = apiway_core::dial::connect_endpoint(endpoint, self.connect_timeout)
+        let (tcp, peer) = connect_address(endpoint, self.connect_timeout)
             .await
             .map_err(|e| ConnectError::network("connect", e))?;
         let _ = tcp.set_nodelay(true);

@@ -1,6 +1,6 @@
 //! What can go wrong, for a caller to act on.
 
-use apiway_core::choice::Failure;
+use apiway_core::endpoint::choice::Failure;
 
 /// One failed attempt of a request on one endpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -57,10 +57,12 @@
 //!   `exec`, `attach` and `port-forward`.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use apiway_core::choice::Failure;
+use apiway_core::endpoint::choice::Failure;
+use apiway_core::endpoint::failover::{self, connect_address, Reached};
 use apiway_core::endpoint::{Address, Host};
 use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -135,13 +137,8 @@ impl Report {
 
     fn failed(&mut self, kind: &'static str, reason: &str) {
         if !std::mem::replace(&mut self.settled, true) {
-            self.client.fail(
-                &self.endpoint,
-                Failure::Network,
-                kind,
-                reason,
-                &mut Vec::new(),
-            );
+            self.client
+                .fail(&self.endpoint, Failure::Network, kind, reason);
         }
     }
 }
@@ -319,37 +316,40 @@ impl tower_service::Service<http::Uri> for KubeConnector {
     fn call(&mut self, _uri: http::Uri) -> Self::Future {
         let client = self.client.clone();
         Box::pin(async move {
-            let mut tried = Vec::new();
-            let mut attempts = Vec::new();
-            loop {
-                let Some(key) = client.pick(&tried) else {
-                    return Err(Error::Unreachable { attempts });
-                };
-                tried.push(key.clone());
-                let endpoint = client.endpoint(&key);
-                let timeout = client.config().connect_timeout;
-                match apiway_core::dial::connect_endpoint(&endpoint, timeout).await {
-                    Ok((tcp, peer)) => {
-                        let _ = tcp.set_nodelay(true);
-                        tracing::debug!(endpoint = %key, %peer, "connected (HTTP/1.1 path)");
-                        return Ok(TokioIo::new(EndpointStream {
-                            tcp,
-                            report: Report {
-                                client: client.clone(),
-                                endpoint: key,
-                                failed_over: attempts.last().map(|a: &crate::Attempt| a.kind),
-                                answered: false,
-                                awaiting: false,
-                                awaiting_before_write: false,
-                                settled: false,
-                            },
-                        }));
-                    }
-                    Err(reason) => {
-                        client.fail(&key, Failure::Network, "connect", &reason, &mut attempts)
-                    }
+            let timeout = client.config().connect_timeout;
+            let client = &client;
+            // Nothing was sent yet, so moving on after a failed connect is
+            // always safe.
+            let reached = failover::attempt(client, |key| async move {
+                match connect_address(&key, timeout).await {
+                    Ok((tcp, peer)) => ControlFlow::Break((tcp, peer, key)),
+                    Err(reason) => ControlFlow::Continue(client.fail(
+                        &key,
+                        Failure::Network,
+                        "connect",
+                        &reason,
+                    )),
                 }
-            }
+            })
+            .await;
+            let Reached {
+                value: (tcp, peer, key),
+                failures,
+            } = reached.map_err(|attempts| Error::Unreachable { attempts })?;
+            let _ = tcp.set_nodelay(true);
+            tracing::debug!(endpoint = %key, %peer, "connected (HTTP/1.1 path)");
+            Ok(TokioIo::new(EndpointStream {
+                tcp,
+                report: Report {
+                    client: client.clone(),
+                    endpoint: key,
+                    failed_over: failures.last().map(|a| a.kind),
+                    answered: false,
+                    awaiting: false,
+                    awaiting_before_write: false,
+                    settled: false,
+                },
+            }))
         })
     }
 }

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use apiway_core::choice::Listed;
+use apiway_core::endpoint::choice::Listed;
 use apiway_core::endpoint::{is_local_ip, Address, Host};
 use apiway_wire::altsvc::{self, AltSvc};
 use http::header::ALT_SVC;

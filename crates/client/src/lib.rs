@@ -10,9 +10,11 @@
 //! unmodified API servers) and from `Alt-Svc` response headers (RFC 7838,
 //! parsed by `apiway_wire::altsvc`), listed in that order; the choice
 //! among them is
-//! [`apiway_core::choice`], which lives in core so every role can share it:
+//! [`apiway_core::endpoint::choice`], core's endpoint model, which serves every role:
 //!
-//! 1. the endpoint in use, while it works (no flapping);
+//! 1. the endpoint in use, while it works (no flapping), except that a
+//!    local endpoint the client left after a failure takes over again
+//!    once its block ends;
 //! 2. otherwise an alternative whose address is on a local interface;
 //! 3. otherwise the origin, if listed; otherwise the next alternative;
 //! 4. when every alternative is blocked or failed, the origin itself.
@@ -126,7 +128,7 @@ pub mod kube_service;
 mod learn;
 mod metrics;
 
-pub use apiway_core::choice::{Block, Failure};
+pub use apiway_core::endpoint::choice::{Block, Failure};
 pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus, ProbeReport, Stage, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};

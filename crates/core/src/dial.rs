@@ -1,14 +1,17 @@
 //! Dialing with failover: a failed connect ejects that endpoint and the same
 //! client connection moves on to the next one, so clients see no error while
-//! any endpoint is up.
+//! any endpoint is up. The loop is the endpoint model's one
+//! [`failover::attempt`].
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use crate::endpoint::{Endpoint, EndpointSet, Lease};
+pub use crate::endpoint::failover::connect_endpoint;
+use crate::endpoint::failover::{self, Reached};
+use crate::endpoint::{EndpointSet, Lease};
 
 /// A connection to an endpoint, counted active until dropped.
 #[derive(Debug)]
@@ -51,67 +54,39 @@ fn summary(failures: &[(String, String)]) -> String {
 }
 
 /// Connects to the best endpoint of `set`, failing over on error. Each
-/// endpoint gets `timeout` for its connect.
+/// endpoint gets `timeout` for its connect; a failure ejects it.
 pub async fn connect(set: &EndpointSet, timeout: Duration) -> Result<Connected, DialError> {
-    let mut tried: Vec<Arc<Endpoint>> = Vec::new();
-    let mut failures = Vec::new();
-    while let Some(endpoint) = set.pick(&tried) {
+    let reached = failover::attempt(set, |endpoint| async move {
         match connect_endpoint(&endpoint, timeout).await {
             Ok((stream, peer)) => {
                 endpoint.record_connect_success();
-                return Ok(Connected {
-                    stream,
-                    lease: endpoint.lease(),
-                    peer,
-                    failed_attempts: tried.len() as u32,
-                });
+                ControlFlow::Break((stream, endpoint.lease(), peer))
             }
             Err(e) => {
                 endpoint.record_connect_failure(&set.members().ejection);
-                failures.push((endpoint.name().to_owned(), e));
-                tried.push(endpoint);
+                ControlFlow::Continue((endpoint.name().to_owned(), e))
             }
         }
-    }
-    if tried.is_empty() {
-        return Err(DialError::NoEndpoints {
-            set: set.name().to_owned(),
-        });
-    }
-    Err(DialError::AllFailed {
-        set: set.name().to_owned(),
-        failures,
     })
-}
-
-/// Connects to one endpoint, trying each of its resolved addresses.
-pub async fn connect_endpoint(
-    endpoint: &Endpoint,
-    timeout: Duration,
-) -> Result<(TcpStream, SocketAddr), String> {
-    let mut addrs = endpoint.resolved();
-    if addrs.is_empty() {
-        // Bounded: an unresolvable name must not hold a client for the
-        // resolver's own, much longer, retry schedule.
-        addrs = tokio::time::timeout(crate::health::DNS_TIMEOUT, endpoint.resolve())
-            .await
-            .map_err(|_| {
-                format!(
-                    "cannot resolve: no answer within {:?}",
-                    crate::health::DNS_TIMEOUT
-                )
-            })?
-            .map_err(|e| format!("cannot resolve: {e}"))?;
+    .await;
+    match reached {
+        Ok(Reached {
+            value: (stream, lease, peer),
+            failures,
+        }) => Ok(Connected {
+            stream,
+            lease,
+            peer,
+            failed_attempts: failures.len() as u32,
+        }),
+        Err(failures) if failures.is_empty() => Err(DialError::NoEndpoints {
+            set: set.name().to_owned(),
+        }),
+        Err(failures) => Err(DialError::AllFailed {
+            set: set.name().to_owned(),
+            failures,
+        }),
     }
-    let mut last = String::from("no address");
-    for &addr in addrs.iter() {
-        match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => return Ok((stream, addr)),
-            Ok(Err(e)) => last = format!("{addr}: {e}"),
-            Err(_) => last = format!("{addr}: no answer within {timeout:?}"),
-        }
-    }
-    Err(last)
 }
 
 #[cfg(test)]
@@ -119,6 +94,7 @@ mod tests {
     use super::*;
     use crate::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
     use crate::metrics::BackendMetrics;
+    use std::sync::Arc;
 
     fn set(addrs: &[String]) -> Arc<EndpointSet> {
         EndpointSet::new(

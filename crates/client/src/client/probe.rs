@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use apiway_core::choice::Block;
+use apiway_core::endpoint::choice::Block;
 use apiway_core::endpoint::Address;
 use tokio::task::JoinSet;
 
@@ -109,7 +109,7 @@ impl Client {
                 let (outcome, latency) = outcome.unwrap_or_else(|| {
                     (
                         Err(ConnectError {
-                            failure: apiway_core::choice::Failure::Network,
+                            failure: apiway_core::endpoint::choice::Failure::Network,
                             kind: "probe",
                             reason: "the probe task failed".into(),
                         }),
@@ -139,15 +139,14 @@ impl Client {
             Ok(target) => target,
             Err(e) => {
                 let error = ConnectError {
-                    failure: apiway_core::choice::Failure::Network,
+                    failure: apiway_core::endpoint::choice::Failure::Network,
                     kind: "probe",
                     reason: e.to_string(),
                 };
                 return (Err(error), Duration::ZERO);
             }
         };
-        let endpoint = self.endpoint(&key);
-        let outcome = self.inner.dialer.connect(&endpoint, &target, true).await;
+        let outcome = self.inner.dialer.connect(&key, &target, true).await;
         let latency = started.elapsed();
         match outcome {
             Ok(sender) => {
@@ -155,7 +154,7 @@ impl Client {
                 (Ok(()), latency)
             }
             Err(e) => {
-                self.fail(&key, e.failure, e.kind, &e.reason, &mut Vec::new());
+                self.fail(&key, e.failure, e.kind, &e.reason);
                 (Err(e), latency)
             }
         }

@@ -1,0 +1,208 @@
+//! Active checks as configured and validated: a TCP connect, or an HTTPS
+//! `GET` of a path such as `/readyz` that must answer 2xx, with rise and
+//! fall thresholds. The tasks that run them are [`super::checker`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::tls::TlsClientOptions;
+
+/// What a health check does.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckKind {
+    /// A TCP connect succeeds.
+    Tcp,
+    /// An HTTPS `GET path` answers 2xx.
+    Https,
+}
+
+/// An active health check as written in configuration.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HealthCheckConfig {
+    /// `tcp` or `https`.
+    pub kind: CheckKind,
+    /// Path for `https` (default `/readyz`).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Time between checks (default 2s).
+    #[serde(default, with = "crate::duration::option")]
+    pub interval: Option<Duration>,
+    /// Time a check may take (default: the interval, at most 2s).
+    #[serde(default, with = "crate::duration::option")]
+    pub timeout: Option<Duration>,
+    /// Consecutive passes that bring a down endpoint up (default 1).
+    #[serde(default)]
+    pub rise: Option<u32>,
+    /// Consecutive failures that take an up endpoint down (default 2).
+    #[serde(default)]
+    pub fall: Option<u32>,
+    /// TLS server name for `https` (default: the endpoint's host).
+    #[serde(default)]
+    pub server_name: Option<String>,
+    /// PEM file of CA certificates that must sign the endpoint's certificate.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Do not verify the certificate (the default when no `ca_file` is given:
+    /// the check then proves only that TLS and HTTP work).
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// A validated health check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// What to probe.
+    pub probe: Probe,
+    /// Time between checks.
+    pub interval: Duration,
+    /// Time a check may take.
+    pub timeout: Duration,
+    /// Consecutive passes that bring a down endpoint up.
+    pub rise: u32,
+    /// Consecutive failures that take an up endpoint down.
+    pub fall: u32,
+}
+
+/// The probe of a health check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// TCP connect.
+    Tcp,
+    /// HTTPS GET.
+    Https {
+        /// Request path.
+        path: String,
+        /// TLS settings.
+        tls: TlsClientOptions,
+    },
+}
+
+impl HealthCheckConfig {
+    /// Validates into a [`HealthCheck`]; the error names the bad field.
+    pub fn validate(&self) -> Result<HealthCheck, String> {
+        let interval = self.interval.unwrap_or(Duration::from_secs(2));
+        if interval < Duration::from_millis(50) {
+            return Err(format!(
+                "health_check.interval {interval:?} is too short; use at least 50ms"
+            ));
+        }
+        let timeout = self
+            .timeout
+            .unwrap_or_else(|| interval.min(Duration::from_secs(2)));
+        if timeout.is_zero() {
+            return Err("health_check.timeout must be more than 0".into());
+        }
+        let rise = self.rise.unwrap_or(1);
+        let fall = self.fall.unwrap_or(2);
+        if rise == 0 || fall == 0 {
+            return Err("health_check.rise and health_check.fall must be at least 1".into());
+        }
+        let probe = match self.kind {
+            CheckKind::Tcp => {
+                if self.path.is_some() || self.ca_file.is_some() || self.server_name.is_some() {
+                    return Err(
+                        "health_check: path, ca_file and server_name only apply to kind: https"
+                            .into(),
+                    );
+                }
+                Probe::Tcp
+            }
+            CheckKind::Https => {
+                let path = self.path.clone().unwrap_or_else(|| "/readyz".into());
+                if !path.starts_with('/') || path.contains(char::is_whitespace) {
+                    return Err(format!(
+                        "health_check.path `{path}` must start with / and contain no spaces"
+                    ));
+                }
+                if self.ca_file.is_some() && self.insecure_skip_verify {
+                    return Err(
+                        "health_check: set either ca_file or insecure_skip_verify, not both".into(),
+                    );
+                }
+                Probe::Https {
+                    path,
+                    tls: TlsClientOptions {
+                        server_name: self.server_name.clone(),
+                        ca_file: self.ca_file.clone(),
+                        client_cert: None,
+                    },
+                }
+            }
+        };
+        Ok(HealthCheck {
+            probe,
+            interval,
+            timeout,
+            rise,
+            fall,
+        })
+    }
+}
+
+/// How often DNS names are re-resolved when no health check is configured.
+pub const DNS_REFRESH: Duration = Duration::from_secs(10);
+
+/// How long one DNS resolution may take.
+pub const DNS_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[cfg(test)]
+impl HealthCheck {
+    /// A TCP check with the default timing and these thresholds.
+    pub(crate) fn tcp(rise: u32, fall: u32) -> HealthCheck {
+        HealthCheck {
+            probe: Probe::Tcp,
+            interval: Duration::from_secs(2),
+            timeout: Duration::from_secs(2),
+            rise,
+            fall,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(yaml_kind: CheckKind) -> HealthCheckConfig {
+        HealthCheckConfig {
+            kind: yaml_kind,
+            path: None,
+            interval: None,
+            timeout: None,
+            rise: None,
+            fall: None,
+            server_name: None,
+            ca_file: None,
+            insecure_skip_verify: false,
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(CheckKind::Https).validate().unwrap();
+        assert_eq!(c.interval, Duration::from_secs(2));
+        assert_eq!(c.timeout, Duration::from_secs(2));
+        assert_eq!((c.rise, c.fall), (1, 2));
+        assert!(matches!(c.probe, Probe::Https { ref path, .. } if path == "/readyz"));
+    }
+
+    #[test]
+    fn rejects_nonsense() {
+        let mut c = cfg(CheckKind::Tcp);
+        c.path = Some("/x".into());
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("only apply to kind: https"));
+        let mut c = cfg(CheckKind::Https);
+        c.path = Some("readyz".into());
+        assert!(c.validate().unwrap_err().contains("must start with /"));
+        let mut c = cfg(CheckKind::Https);
+        c.interval = Some(Duration::from_millis(1));
+        assert!(c.validate().unwrap_err().contains("too short"));
+    }
+}

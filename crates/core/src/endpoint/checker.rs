@@ -1,0 +1,241 @@
+//! The tasks that keep a set's members current: one per endpoint set
+//! probes every endpoint each interval ([`super::check`]) and re-resolves
+//! DNS names; another keeps membership in step with DNS.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use http_body_util::Empty;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::address::{Address, Host};
+use super::check::{HealthCheck, Probe, DNS_REFRESH, DNS_TIMEOUT};
+use super::member::Endpoint;
+use super::set::{EndpointSet, EndpointSetSpec};
+use crate::tls::{client_config, TlsClientOptions};
+
+/// Keeps `set`'s membership in step with DNS: every `interval` each name in
+/// `template` is resolved and the set gets one endpoint per address
+/// ([`EndpointSetSpec::expand`]), so every A/AAAA record has its own health
+/// and latency. A name that stops resolving keeps its last addresses; one
+/// that never resolved stays a single endpoint that is down until it does.
+/// Endpoints whose address stays keep their state across changes. Runs
+/// until `stop` fires or the set is dropped; returns at once when the
+/// template has no names.
+///
+/// [`EndpointSetSpec::expand`]: EndpointSetSpec::expand
+pub fn spawn_resolver(
+    set: &Arc<EndpointSet>,
+    template: EndpointSetSpec,
+    interval: Duration,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<EndpointSet> = Arc::downgrade(set);
+    tokio::spawn(async move {
+        let names: Vec<Address> = template.names().cloned().collect();
+        if names.is_empty() {
+            return;
+        }
+        let mut known: std::collections::HashMap<Address, Vec<std::net::IpAddr>> =
+            std::collections::HashMap::new();
+        let mut applied: Option<EndpointSetSpec> = None;
+        loop {
+            for name in &names {
+                let Host::Name(host) = &name.host else {
+                    continue;
+                };
+                let lookup = tokio::net::lookup_host((host.as_str(), name.port));
+                let ips: Option<Vec<std::net::IpAddr>> =
+                    match tokio::time::timeout(DNS_TIMEOUT, lookup).await {
+                        Ok(Ok(found)) => {
+                            let mut ips: Vec<std::net::IpAddr> = Vec::new();
+                            for a in found {
+                                if !ips.contains(&a.ip()) {
+                                    ips.push(a.ip());
+                                }
+                            }
+                            (!ips.is_empty()).then_some(ips)
+                        }
+                        _ => None,
+                    };
+                if let Some(mut ips) = ips {
+                    // Resolvers rotate answers; a stable order keeps the set
+                    // (and its metrics) from churning.
+                    ips.sort();
+                    known.insert(name.clone(), ips);
+                }
+            }
+            let expanded = template.expand(&known);
+            if applied.as_ref() != Some(&expanded) {
+                let Some(set) = weak.upgrade() else { return };
+                let list: Vec<String> = expanded.endpoints.iter().map(|a| a.to_string()).collect();
+                tracing::info!(set = set.name(), endpoints = ?list, "endpoints from DNS");
+                set.apply(&expanded);
+                applied = Some(expanded);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(interval) => {}
+            }
+        }
+    })
+}
+
+/// Whether a set needs a checker task: it has an active health check or an
+/// endpoint named by DNS (re-resolved). Sets of literal addresses with no
+/// check need none, which keeps 10,000 plain routes cheap.
+pub fn needs_checker(spec: &EndpointSetSpec) -> bool {
+    spec.health_check.is_some()
+        || spec
+            .endpoints
+            .iter()
+            .any(|a| matches!(a.host, Host::Name(_)))
+}
+
+/// Runs health checks and DNS refreshes for `set` until `stop` fires or the
+/// set is dropped. Reads the set's current members each round, so a reload
+/// takes effect on the next round.
+pub fn spawn_checker(
+    set: &Arc<EndpointSet>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<EndpointSet> = Arc::downgrade(set);
+    tokio::spawn(async move {
+        loop {
+            let Some(set) = weak.upgrade() else { return };
+            let members = set.members_full();
+            drop(set);
+            let wait = members
+                .health_check
+                .as_ref()
+                .map_or(DNS_REFRESH, |c| c.interval);
+            let mut round = tokio::task::JoinSet::new();
+            for endpoint in &members.endpoints {
+                let endpoint = endpoint.clone();
+                let check = members.health_check.clone();
+                round.spawn(async move { check_endpoint(&endpoint, check.as_ref()).await });
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = async { while round.join_next().await.is_some() {} } => {}
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+    })
+}
+
+async fn check_endpoint(endpoint: &Arc<Endpoint>, check: Option<&HealthCheck>) {
+    let resolved = tokio::time::timeout(DNS_TIMEOUT, endpoint.resolve())
+        .await
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {DNS_TIMEOUT:?}"),
+            ))
+        });
+    match resolved {
+        // Logged when the outcome changes, not every round: an unresolvable
+        // name would otherwise fill the log.
+        Err(e) if endpoint.note_dns_outcome(true) => {
+            if endpoint.resolved().is_empty() {
+                tracing::warn!(backend = endpoint.name(), error = %e, "DNS resolution failed; the endpoint is down until it resolves");
+            } else {
+                tracing::warn!(backend = endpoint.name(), error = %e, "DNS resolution failed; keeping the previous addresses");
+            }
+        }
+        Err(_) => {}
+        Ok(_) => {
+            if endpoint.note_dns_outcome(false) {
+                tracing::info!(backend = endpoint.name(), "DNS resolution works again");
+            }
+            // Interfaces change (an agent adds the address it serves).
+            endpoint.refresh_locality();
+        }
+    }
+    let Some(check) = check else { return };
+    let started = std::time::Instant::now();
+    let result = match tokio::time::timeout(check.timeout, probe(endpoint, check)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {:?}", check.timeout)),
+    };
+    let ok = result.is_ok();
+    if ok {
+        endpoint.record_latency(started.elapsed());
+    }
+    if let Some(up) = endpoint.record_check(ok, check) {
+        match (&result, up) {
+            (_, true) => {
+                tracing::info!(backend = endpoint.name(), "health check passed; backend up")
+            }
+            (Err(e), false) => {
+                tracing::warn!(backend = endpoint.name(), reason = %e, "health check failed; backend down")
+            }
+            (Ok(()), false) => {}
+        }
+    } else if let Err(e) = &result {
+        tracing::debug!(backend = endpoint.name(), reason = %e, "health check failed");
+    }
+}
+
+async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> Result<(), String> {
+    let addrs = endpoint.resolved();
+    let Some(addr) = addrs.first().copied() else {
+        return Err("no resolved address".into());
+    };
+    match &check.probe {
+        Probe::Tcp => TcpStream::connect(addr)
+            .await
+            .map(drop)
+            .map_err(|e| format!("connect {addr}: {e}")),
+        Probe::Https { path, tls } => https_get(endpoint, addr, path, tls).await,
+    }
+}
+
+async fn https_get(
+    endpoint: &Endpoint,
+    addr: SocketAddr,
+    path: &str,
+    tls: &TlsClientOptions,
+) -> Result<(), String> {
+    let config = client_config(tls, &[b"http/1.1"]).map_err(|e| e.to_string())?;
+    let host = match &endpoint.address().host {
+        Host::Name(n) => n.clone(),
+        Host::Ip(ip) => ip.to_string(),
+    };
+    let name = tls.server_name.clone().unwrap_or(host);
+    let server_name = rustls_pki_types::ServerName::try_from(name.clone())
+        .map_err(|e| format!("server name `{name}`: {e}"))?;
+    let tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(server_name, tcp)
+        .await
+        .map_err(|e| format!("TLS with {addr}: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP with {addr}: {e}"))?;
+    let driver = tokio::spawn(conn);
+    let request = http::Request::get(path)
+        .header(http::header::HOST, name)
+        .header(http::header::USER_AGENT, "apiway-health-check")
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let result = sender.send_request(request).await;
+    driver.abort();
+    let response = result.map_err(|e| format!("GET {path} on {addr}: {e}"))?;
+    if response.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "GET {path} on {addr} answered {}",
+            response.status()
+        ))
+    }
+}
