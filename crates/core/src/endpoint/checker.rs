@@ -14,7 +14,7 @@ use super::address::{Address, Host};
 use super::check::{HealthCheck, Probe, DNS_REFRESH, DNS_TIMEOUT};
 use super::member::Endpoint;
 use super::set::{EndpointSet, EndpointSetSpec};
-use crate::tls::{client_config, TlsClientOptions};
+use crate::tls::{cached_client_config, TlsClientOptions};
 
 /// Keeps `set`'s membership in step with DNS: every `interval` each name in
 /// `template` is resolved and the set gets one endpoint per address
@@ -202,7 +202,7 @@ async fn https_get(
     path: &str,
     tls: &TlsClientOptions,
 ) -> Result<(), String> {
-    let config = client_config(tls, &[b"http/1.1"]).map_err(|e| e.to_string())?;
+    let config = cached_client_config(tls, &[b"http/1.1"]).map_err(|e| e.to_string())?;
     let host = match &endpoint.address().host {
         Host::Name(n) => n.clone(),
         Host::Ip(ip) => ip.to_string(),
