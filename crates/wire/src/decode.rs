@@ -41,6 +41,17 @@ pub enum Decoded<T, E> {
     Invalid(E),
 }
 
+impl<T, E> Decoded<T, E> {
+    /// Maps a complete value, leaving the other answers alone.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Decoded<U, E> {
+        match self {
+            Decoded::Complete(value) => Decoded::Complete(f(value)),
+            Decoded::Incomplete => Decoded::Incomplete,
+            Decoded::Invalid(e) => Decoded::Invalid(e),
+        }
+    }
+}
+
 impl<T, E: DecodeError> From<Result<T, E>> for Decoded<T, E> {
     fn from(result: Result<T, E>) -> Self {
         match result {
