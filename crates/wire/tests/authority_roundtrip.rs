@@ -27,7 +27,8 @@ impl Rng {
 
 fn label(rng: &mut Rng) -> String {
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
-    let len = 1 + rng.below(if rng.below(8) == 0 { MAX_LABEL_LEN } else { 10 });
+    let longest = if rng.below(8) == 0 { MAX_LABEL_LEN } else { 10 };
+    let len = 1 + rng.below(longest);
     (0..len)
         .map(|_| char::from(CHARS[rng.below(CHARS.len())]))
         .collect()
