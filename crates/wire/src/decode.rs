@@ -62,28 +62,23 @@ impl<T, E: DecodeError> From<Result<T, E>> for Decoded<T, E> {
     }
 }
 
-impl DecodeError for sni::SniError {
-    fn is_incomplete(&self) -> bool {
-        matches!(self, sni::SniError::Incomplete)
-    }
+/// Implements [`DecodeError`] for a parser's error type by naming its
+/// `Incomplete` variant.
+macro_rules! decode_error {
+    ($($error:ty => $incomplete:path),* $(,)?) => {$(
+        impl DecodeError for $error {
+            fn is_incomplete(&self) -> bool {
+                matches!(self, $incomplete)
+            }
+        }
+    )*};
 }
 
-impl DecodeError for proxy::ProxyError {
-    fn is_incomplete(&self) -> bool {
-        matches!(self, proxy::ProxyError::Incomplete)
-    }
-}
-
-impl DecodeError for connect::ConnectError {
-    fn is_incomplete(&self) -> bool {
-        matches!(self, connect::ConnectError::Incomplete)
-    }
-}
-
-impl DecodeError for connect_response::ConnectResponseError {
-    fn is_incomplete(&self) -> bool {
-        matches!(self, connect_response::ConnectResponseError::Incomplete)
-    }
+decode_error! {
+    sni::SniError => sni::SniError::Incomplete,
+    proxy::ProxyError => proxy::ProxyError::Incomplete,
+    connect::ConnectError => connect::ConnectError::Incomplete,
+    connect_response::ConnectResponseError => connect_response::ConnectResponseError::Incomplete,
 }
 
 #[cfg(test)]
