@@ -408,8 +408,8 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
         if mode != UpstreamMode::Connect {
             return Err("--connect-authority applies to --upstream connect only".into());
         }
-        apiway_wire::connect_response::request(a)
-            .map_err(|_| format!("--connect-authority `{a}` must be host:port"))?;
+        apiway_wire::authority::Authority::parse(a)
+            .map_err(|e| format!("--connect-authority `{a}` must be host:port: {e}"))?;
     }
 
     let connect_timeout = file.connect_timeout.unwrap_or(Duration::from_secs(2));

@@ -1,10 +1,9 @@
 //! How a [`Client`](crate::Client) is set up.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiway_core::endpoint::{Address, Host};
+use apiway_core::endpoint::Address;
 
 use crate::error::Error;
 
@@ -128,27 +127,11 @@ impl ClientConfig {
 
 /// `host`, `host:port`, `[v6]` or `[v6]:port`; `default_port` when none.
 pub(crate) fn parse_host_port(text: &str, default_port: u16) -> Result<Address, String> {
-    if let Ok(ip) = text.parse::<IpAddr>() {
-        return Ok(Address {
-            host: Host::Ip(ip),
-            port: default_port,
-        });
-    }
-    if let Some(v6) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
-        let ip: IpAddr = v6
-            .parse()
-            .map_err(|_| format!("`{v6}` is not an IPv6 address"))?;
-        return Ok(Address {
-            host: Host::Ip(ip),
-            port: default_port,
-        });
-    }
-    let has_port = text.starts_with('[') || text.contains(':');
-    if has_port {
-        Address::parse(text)
-    } else {
-        Address::parse(&format!("{text}:{default_port}"))
-    }
+    let authority = apiway_wire::authority::Authority::parse_with_default_port(text, default_port)
+        .map_err(|e| e.to_string())?;
+    // With its port filled in, the text is what the endpoint model reads
+    // (the parser's `Display` parses back to the same value).
+    Address::parse(&authority.to_string())
 }
 
 fn parse_origin(origin: &str) -> Result<Address, Error> {

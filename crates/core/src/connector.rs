@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use apiway_wire::connect_response::{self, ConnectResponseError};
 use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
 use crate::dial::{Connected, DialError};
 use crate::endpoint::EndpointSet;
 use crate::forward::{self, ForwardError};
+use crate::read_until::{read_until, ReadError};
 
 /// Where a client's connection came from and where it was going: what a
 /// PROXY header or a `CONNECT` request tells the upstream.
@@ -259,31 +259,28 @@ fn unmap(a: SocketAddr) -> SocketAddr {
 }
 
 /// Reads the answer to `CONNECT`; on 2xx returns the bytes that followed
-/// the head, otherwise a description of what came back.
+/// the head, otherwise a description of what came back. The caller bounds
+/// the time.
 async fn read_connect_answer(stream: &mut TcpStream) -> Result<Vec<u8>, String> {
     let max = connect_response::DEFAULT_MAX_RESPONSE_LEN;
     let mut buf = Vec::with_capacity(512);
-    loop {
-        match connect_response::parse(&buf, max) {
-            Ok((head, consumed)) => {
-                if head.is_success() {
-                    return Ok(buf.split_off(consumed));
-                }
-                return Err(format!(
-                    "the gateway answered {} {}",
-                    head.status, head.reason
-                ));
-            }
-            Err(ConnectResponseError::Incomplete) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-        buf.reserve(512);
-        match stream.read_buf(&mut buf).await {
-            Ok(0) => return Err("the gateway closed the connection without answering".into()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("reading the answer: {e}")),
-        }
+    let read = read_until(stream, &mut buf, None, max, |bytes| {
+        connect_response::parse(bytes, max).into()
+    });
+    let (head, consumed) = read.await.map_err(|e| match e {
+        ReadError::Invalid(e) => e.to_string(),
+        ReadError::TooLarge { limit } => ConnectResponseError::TooLong { limit }.to_string(),
+        ReadError::Closed => "the gateway closed the connection without answering".into(),
+        ReadError::Io(e) => format!("reading the answer: {e}"),
+        ReadError::TimedOut => "timed out reading the answer".into(),
+    })?;
+    if head.is_success() {
+        return Ok(buf.split_off(consumed));
     }
+    Err(format!(
+        "the gateway answered {} {}",
+        head.status, head.reason
+    ))
 }
 
 #[cfg(test)]

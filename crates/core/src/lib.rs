@@ -21,6 +21,7 @@ pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod metrics;
+pub mod read_until;
 pub mod reload;
 pub mod runtime;
 pub mod select;

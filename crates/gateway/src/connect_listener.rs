@@ -14,9 +14,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use apiway_wire::connect::{self, ConnectError, ConnectRequest, Status};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use apiway_core::read_until::{read_until, ReadError};
+use apiway_wire::connect::{self, Status};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::forward::{self, Origin, Prepared};
 use crate::listener_state::ListenerState;
@@ -34,22 +36,37 @@ pub(crate) async fn prepare(
     let handles = &listener.handles;
     let spec = listener.spec.load_full();
     let mut buf = Vec::new();
-    let read = read_request(&mut client, &mut buf, spec.max_request_bytes);
-    let read = tokio::time::timeout(spec.request_timeout, read).await;
+    let max = spec.max_request_bytes;
+    let deadline = Instant::now() + spec.request_timeout;
+    let read = read_until(&mut client, &mut buf, Some(deadline), max, |bytes| {
+        connect::parse(bytes, max).into()
+    });
+    let read = read.await;
     let listen = spec.address;
     drop(spec);
     let (request, consumed) = match read {
-        Ok(Ok(request)) => request,
-        Ok(Err(Some(status))) => {
+        Ok(request) => request,
+        Err(ReadError::Invalid(e)) => {
+            tracing::debug!(%peer, error = %e, "bad CONNECT request");
+            if let Some(status) = e.status() {
+                refuse(listener, &mut client, status).await;
+            }
+            return None;
+        }
+        // The parser answers TooLarge itself once `max` bytes are here;
+        // the reader's limit is the same one.
+        Err(ReadError::TooLarge { .. }) => {
+            let status = Status::RequestHeaderFieldsTooLarge;
             refuse(listener, &mut client, status).await;
             return None;
         }
-        Ok(Err(None)) => return None,
-        Err(_) => {
+        Err(ReadError::TimedOut) => {
             tracing::debug!(%peer, listener = handles.name(), "CONNECT request timed out");
             refuse(listener, &mut client, Status::RequestTimeout).await;
             return None;
         }
+        // The client closed or the socket failed: nobody to answer.
+        Err(ReadError::Closed | ReadError::Io(_)) => return None,
     };
 
     let Some(route) = routes.route_for_authority(&request.authority) else {
@@ -88,30 +105,4 @@ async fn refuse(listener: &ListenerState, client: &mut TcpStream, status: Status
     listener.handles.connect_response(status.code()).inc();
     forward::answer_and_close(client, &status.render()).await;
     forward::linger(client).await;
-}
-
-/// Reads until the buffer holds a whole request head. The error is the
-/// answer to give, or `None` when the client closed or the socket failed.
-async fn read_request(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> Result<(ConnectRequest, usize), Option<Status>> {
-    loop {
-        match connect::parse(buf, max) {
-            Ok(request) => return Ok(request),
-            Err(ConnectError::Incomplete) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, "bad CONNECT request");
-                return Err(e.status());
-            }
-        }
-        // The parser answers TooLarge once `max` bytes are here, so reading
-        // stops near the limit.
-        buf.reserve(max.saturating_sub(buf.len()).clamp(1, 4096));
-        match stream.read_buf(buf).await {
-            Ok(0) | Err(_) => return Err(None),
-            Ok(_) => {}
-        }
-    }
 }

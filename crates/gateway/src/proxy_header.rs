@@ -11,8 +11,8 @@
 
 use std::net::SocketAddr;
 
+use apiway_core::read_until::{read_until, ReadError};
 use apiway_wire::proxy::{self, Command, ProxyError};
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -136,39 +136,28 @@ async fn read(
     let mut headers = Headers::default();
     for layer in 0..max_headers {
         let mandatory = required && layer == 0;
+        let start = headers.consumed;
+        // The parser refuses a longer header itself; this bounds the buffer.
+        let limit = start + proxy::V2_FIXED_LEN + proxy::DEFAULT_MAX_V2_PAYLOAD;
         // Is there a header here? Decided by the signature alone.
-        loop {
-            let rest = buf.get(headers.consumed..).unwrap_or_default();
-            match proxy::detect(rest) {
-                Ok(_) => break,
-                Err(ProxyError::NotProxy) if mandatory => return Err(Failure::Error("not_proxy")),
-                Err(ProxyError::NotProxy) => return Ok(headers),
-                Err(_) => {}
-            }
-            let nothing_yet = rest.is_empty();
-            match fill(client, buf, deadline).await {
-                Filled::More => {}
-                Filled::Eof if nothing_yet && !mandatory => return Ok(headers),
-                Filled::Eof => return Err(Failure::Error("closed")),
-                Filled::Io => return Err(Failure::Error("io")),
-                Filled::TimedOut if nothing_yet && layer > 0 => return Ok(headers),
-                Filled::TimedOut => return Err(Failure::TimedOut),
-            }
+        let detected = read_until(client, buf, Some(deadline), limit, |bytes| {
+            proxy::detect(bytes.get(start..).unwrap_or_default()).into()
+        })
+        .await;
+        let nothing_yet = buf.len() <= start;
+        match detected {
+            Ok(_) => {}
+            Err(ReadError::Invalid(_)) if mandatory => return Err(Failure::Error("not_proxy")),
+            Err(ReadError::Invalid(_)) => return Ok(headers),
+            Err(ReadError::Closed) if nothing_yet && !mandatory => return Ok(headers),
+            Err(ReadError::TimedOut) if nothing_yet && layer > 0 => return Ok(headers),
+            Err(e) => return Err(failure(e)),
         }
-        let (header, used) = loop {
-            let rest = buf.get(headers.consumed..).unwrap_or_default();
-            match proxy::parse(rest) {
-                Ok(parsed) => break parsed,
-                Err(ProxyError::Incomplete) => {}
-                Err(e) => return Err(Failure::Error(reason(e))),
-            }
-            match fill(client, buf, deadline).await {
-                Filled::More => {}
-                Filled::Eof => return Err(Failure::Error("closed")),
-                Filled::Io => return Err(Failure::Error("io")),
-                Filled::TimedOut => return Err(Failure::TimedOut),
-            }
-        };
+        let (header, used) = read_until(client, buf, Some(deadline), limit, |bytes| {
+            proxy::parse(bytes.get(start..).unwrap_or_default()).into()
+        })
+        .await
+        .map_err(failure)?;
         headers.consumed += used;
         // LOCAL (and v1 UNKNOWN) say "use the real endpoints of the
         // connection this header came on": what we already have.
@@ -191,23 +180,14 @@ async fn read(
     Ok(headers)
 }
 
-enum Filled {
-    More,
-    Eof,
-    Io,
-    TimedOut,
-}
-
-/// Reads what is available into `buf`. Headers are short (at most 107
-/// bytes for v1, 16 + 4096 for v2 under the parser's default limit, which
-/// it enforces before asking for more), so the buffer stays small.
-async fn fill(client: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Filled {
-    buf.reserve(512);
-    match tokio::time::timeout_at(deadline, client.read_buf(buf)).await {
-        Err(_) => Filled::TimedOut,
-        Ok(Ok(0)) => Filled::Eof,
-        Ok(Ok(_)) => Filled::More,
-        Ok(Err(_)) => Filled::Io,
+/// Why reading a header ended without one.
+fn failure(e: ReadError<ProxyError>) -> Failure {
+    match e {
+        ReadError::Invalid(e) => Failure::Error(reason(e)),
+        ReadError::TooLarge { .. } => Failure::Error("too_long"),
+        ReadError::Closed => Failure::Error("closed"),
+        ReadError::Io(_) => Failure::Error("io"),
+        ReadError::TimedOut => Failure::TimedOut,
     }
 }
 

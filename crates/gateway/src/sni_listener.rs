@@ -5,9 +5,10 @@
 
 use std::net::SocketAddr;
 
+use apiway_core::read_until::{read_until, ReadError};
 use apiway_wire::sni::{self, AlertDescription, ClientHello, SniError};
-use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use crate::forward::{self, OpenFailure, Prepared};
 use crate::listener_state::ListenerState;
@@ -29,20 +30,26 @@ pub(crate) async fn prepare(
     hello_bytes.drain(..headers.consumed);
     let spec = listener.spec.load_full();
     let listen = spec.address;
-    let read = read_client_hello(&mut client, &mut hello_bytes, spec.max_client_hello_bytes);
-    let hello = match tokio::time::timeout(spec.client_hello_timeout, read).await {
-        Ok(Ok(hello)) => hello,
-        Ok(Err((reason, alert))) => {
+    let deadline = Instant::now() + spec.client_hello_timeout;
+    let read = read_client_hello(
+        &mut client,
+        &mut hello_bytes,
+        spec.max_client_hello_bytes,
+        deadline,
+    );
+    let hello = match read.await {
+        Ok(hello) => hello,
+        Err(e) => {
+            let Some((reason, alert)) = failure(&e) else {
+                tracing::debug!(%peer, listener = %spec.name, "ClientHello timed out; closing");
+                handles.hello_timeouts.inc();
+                return None;
+            };
             tracing::debug!(%peer, listener = %spec.name, reason, "no usable ClientHello; closing");
             handles.hello_error(reason).inc();
             if let Some(alert) = alert {
                 send_alert(&mut client, alert).await;
             }
-            return None;
-        }
-        Err(_) => {
-            tracing::debug!(%peer, listener = %spec.name, "ClientHello timed out; closing");
-            handles.hello_timeouts.inc();
             return None;
         }
     };
@@ -72,36 +79,40 @@ pub(crate) async fn prepare(
     }
 }
 
-/// Reads until the buffer holds a whole ClientHello. The error is the metric
-/// reason and, for a TLS client that sent something broken, the alert to
-/// answer with (a client that does not speak TLS gets none).
+/// Reads until the buffer holds a whole ClientHello of at most `max`
+/// bytes, or `deadline` passes.
 async fn read_client_hello(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     max: usize,
-) -> Result<ClientHello, (&'static str, Option<AlertDescription>)> {
+    deadline: Instant,
+) -> Result<ClientHello, ReadError<SniError>> {
     // Records add 5 bytes of header each; a hello cut into tiny records may
     // legally take more bytes on the wire than `max`, up to this bound.
     let wire_limit = max.saturating_mul(2).saturating_add(1024);
-    loop {
-        match sni::parse_client_hello(buf, max) {
-            Ok(hello) => return Ok(hello),
-            Err(SniError::Incomplete) => {}
-            Err(e @ SniError::NotTls) => return Err(("not_tls", e.alert())),
-            Err(e @ SniError::Malformed(_)) => return Err(("malformed", e.alert())),
-            Err(e @ SniError::TooLarge { .. }) => return Err(("too_large", e.alert())),
+    read_until(stream, buf, Some(deadline), wire_limit, |bytes| {
+        sni::parse_client_hello(bytes, max).into()
+    })
+    .await
+}
+
+/// The metric reason for a read that ended without a ClientHello and, for a
+/// TLS client that sent something broken, the alert to answer with (a
+/// client that does not speak TLS gets none); `None` for a timeout, which
+/// has its own counter.
+fn failure(e: &ReadError<SniError>) -> Option<(&'static str, Option<AlertDescription>)> {
+    let failure = match e {
+        ReadError::Invalid(e @ SniError::NotTls) => ("not_tls", e.alert()),
+        ReadError::Invalid(e @ (SniError::Malformed(_) | SniError::Incomplete)) => {
+            ("malformed", e.alert())
         }
-        if buf.len() >= wire_limit {
-            return Err(("too_large", Some(AlertDescription::RecordOverflow)));
-        }
-        let want = if buf.is_empty() { 1024 } else { buf.len() };
-        buf.reserve(want.min(wire_limit - buf.len()));
-        match stream.read_buf(buf).await {
-            Ok(0) => return Err(("closed", None)),
-            Ok(_) => {}
-            Err(_) => return Err(("io", None)),
-        }
-    }
+        ReadError::Invalid(e @ SniError::TooLarge { .. }) => ("too_large", e.alert()),
+        ReadError::TooLarge { .. } => ("too_large", Some(AlertDescription::RecordOverflow)),
+        ReadError::Closed => ("closed", None),
+        ReadError::Io(_) => ("io", None),
+        ReadError::TimedOut => return None,
+    };
+    Some(failure)
 }
 
 async fn send_alert(client: &mut TcpStream, alert: AlertDescription) {

@@ -17,6 +17,8 @@
 //! assert_eq!(consumed, 19);
 //! ```
 
+use crate::authority::{Authority, AuthorityError};
+
 /// Default for the `max` argument of [`parse`]: far more than any proxy's
 /// answer to `CONNECT` needs.
 pub const DEFAULT_MAX_RESPONSE_LEN: usize = 8192;
@@ -65,34 +67,21 @@ pub enum ConnectResponseError {
 pub enum RequestError {
     /// The authority is not `host:port` (a name, an IPv4 address or a
     /// bracketed IPv6 address, and a port).
-    #[error("`CONNECT` needs host:port, with a port")]
-    BadAuthority,
+    #[error("`CONNECT` needs host:port, with a port: {0}")]
+    BadAuthority(#[from] AuthorityError),
 }
 
 /// Renders `CONNECT authority HTTP/1.1` with the matching `Host` header.
-/// `authority` must be `host:port`; it is checked so that nothing a user
-/// writes can inject another header.
+/// `authority` must be `host:port` as [`Authority::parse`] reads it, so
+/// that nothing a user writes can inject another header; it is sent in
+/// its normalized form (a name lowercased, without a trailing dot).
 pub fn request(authority: &str) -> Result<Vec<u8>, RequestError> {
-    let (host, port) = authority
-        .rsplit_once(':')
-        .ok_or(RequestError::BadAuthority)?;
-    let port_ok = !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit());
-    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !v6.is_empty()
-            && v6
-                .bytes()
-                .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
-    } else {
-        !host.is_empty()
-            && host.len() <= 253
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-    };
-    if !port_ok || !host_ok {
-        return Err(RequestError::BadAuthority);
-    }
-    Ok(format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").into_bytes())
+    Ok(request_to(&Authority::parse(authority)?))
+}
+
+/// Renders `CONNECT authority HTTP/1.1` with the matching `Host` header.
+pub fn request_to(authority: &Authority) -> Vec<u8> {
+    format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").into_bytes()
 }
 
 /// Parses a response head from the start of `buf`: the status line, header
@@ -363,6 +352,10 @@ mod tests {
             b"CONNECT [fd00::1]:6443 HTTP/1.1\r\nHost: [fd00::1]:6443\r\n\r\n"
         );
         assert!(request("kubernetes.default.svc:443").is_ok());
+        assert_eq!(
+            request("API.example.:443").unwrap(),
+            b"CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n"
+        );
         for bad in [
             "noport",
             "a:",
@@ -372,7 +365,10 @@ mod tests {
             "a:123456",
             "[]:1",
         ] {
-            assert_eq!(request(bad), Err(RequestError::BadAuthority), "{bad}");
+            assert!(
+                matches!(request(bad), Err(RequestError::BadAuthority(_))),
+                "{bad}"
+            );
         }
     }
 }

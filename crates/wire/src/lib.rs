@@ -6,8 +6,10 @@
 #![forbid(unsafe_code)]
 
 pub mod altsvc;
+pub mod authority;
 pub mod connect;
 pub mod connect_response;
+pub mod decode;
 pub mod endpointslice;
 pub mod proxy;
 pub mod sni;

@@ -24,31 +24,31 @@ pub struct Address {
 impl Address {
     /// Parses `host:port`; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<Address, String> {
-        if let Ok(sa) = text.parse::<SocketAddr>() {
-            return Ok(Address::from(sa));
-        }
-        let (host, port) = text
-            .rsplit_once(':')
-            .ok_or_else(|| format!("`{text}` has no port; write it as host:port"))?;
-        let port: u16 = port
-            .parse()
-            .map_err(|_| format!("`{text}` has an invalid port `{port}`"))?;
-        if port == 0 {
-            return Err(format!("`{text}`: port 0 cannot be dialed"));
-        }
-        let valid = !host.is_empty()
-            && host.len() <= 253
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
-        if !valid {
-            return Err(format!(
-                "`{text}`: `{host}` is not a host name or IP address"
-            ));
-        }
+        use apiway_wire::authority::{Authority, AuthorityError};
+        let authority = Authority::parse(text).map_err(|e| {
+            let (host, port) = text.rsplit_once(':').unwrap_or((text, ""));
+            match e {
+                AuthorityError::MissingPort => {
+                    format!("`{text}` has no port; write it as host:port")
+                }
+                AuthorityError::BadPort => format!("`{text}` has an invalid port `{port}`"),
+                AuthorityError::PortZero => format!("`{text}`: port 0 cannot be dialed"),
+                AuthorityError::TooLong { .. }
+                | AuthorityError::EmptyHost
+                | AuthorityError::BadHost
+                | AuthorityError::ZoneId => {
+                    format!("`{text}`: `{host}` is not a host name or IP address ({e})")
+                }
+            }
+        })?;
+        let host = match authority.host {
+            apiway_wire::authority::Host::Name(name) => Host::Name(name),
+            apiway_wire::authority::Host::Ipv4(a) => Host::Ip(a.into()),
+            apiway_wire::authority::Host::Ipv6(a) => Host::Ip(a.into()),
+        };
         Ok(Address {
-            host: Host::Name(host.to_ascii_lowercase()),
-            port,
+            host,
+            port: authority.port,
         })
     }
 }

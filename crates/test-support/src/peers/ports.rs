@@ -63,14 +63,25 @@ pub(crate) fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
     if let Ok(port) = text.parse::<u16>() {
         return Some(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
     }
-    let (host, port) = text.rsplit_once(':')?;
-    let port = port.parse::<u16>().ok()?;
-    let ip = match host.trim_start_matches('[').trim_end_matches(']') {
-        "" | "*" | "0.0.0.0" | "localhost" => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        "::" => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        other => other.parse().ok()?,
+    // `*:80` and `:80` mean every IPv4 address, as `0.0.0.0:80` does.
+    let text = text.strip_prefix('*').unwrap_or(text);
+    let text = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
     };
-    Some(SocketAddr::new(ip, port))
+    // The one authority parser; an IP host displays as a socket address.
+    let address = apiway_client::Address::parse(&text).ok()?;
+    let ip = match address.to_string().parse::<SocketAddr>() {
+        Ok(sa) if sa.is_ipv4() && sa.ip().is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Ok(sa) if sa.ip().is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        Ok(sa) => sa.ip(),
+        // A host name: only `localhost` is one a test can connect to.
+        Err(_) if address.to_string() == format!("localhost:{}", address.port) => {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        }
+        Err(_) => return None,
+    };
+    Some(SocketAddr::new(ip, address.port))
 }
 
 #[cfg(test)]
@@ -91,6 +102,13 @@ mod tests {
         assert_eq!(parse_listen_addr("unix:/run/x.sock"), None);
         assert_eq!(parse_listen_addr("/run/x.sock"), None);
         assert_eq!(parse_listen_addr("127.0.0.1:80-90"), None);
+        assert_eq!(parse_listen_addr("LocalHost:82"), v4(82));
+        assert_eq!(parse_listen_addr("0.0.0.0:83"), v4(83));
+        assert_eq!(
+            parse_listen_addr("[::]:84"),
+            Some(SocketAddr::from((Ipv6Addr::LOCALHOST, 84)))
+        );
+        assert_eq!(parse_listen_addr("api.example.com:443"), None);
     }
 
     #[tokio::test]

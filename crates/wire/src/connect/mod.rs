@@ -26,11 +26,11 @@
 //! choice for a gateway). The `Host` header is not required: the tunnel goes
 //! where the request target says, and simple clients often leave it out.
 
-mod authority;
 #[cfg(test)]
 mod tests;
 
-pub use authority::{Authority, Host};
+use crate::authority::AuthorityError;
+pub use crate::authority::{Authority, Host};
 
 /// Default bound on the request head (request line and headers): 8 KiB, as
 /// most HTTP servers use.
@@ -104,9 +104,9 @@ pub enum MalformedReason {
     /// a non-ASCII byte.
     #[error("bad request target")]
     BadTarget,
-    /// The target's host is neither a DNS name (letters, digits, `-`, `_`,
-    /// dot-separated labels of 1 to 63, at most 253 in all), an IPv4
-    /// address, nor a bracketed IPv6 address.
+    /// The target's host is not one [`Authority::parse`] accepts (see
+    /// [`AuthorityError`]: a DNS name, an IPv4 address or a bracketed IPv6
+    /// address without a zone id), or the target is too long to be one.
     #[error("bad host in the request target")]
     BadHost,
     /// The target has no `:port`; CONNECT requires one.
@@ -133,6 +133,19 @@ pub enum MalformedReason {
     /// RFC 9112 lets a server refuse).
     #[error("obsolete header line folding")]
     ObsoleteFold,
+}
+
+impl From<AuthorityError> for MalformedReason {
+    fn from(e: AuthorityError) -> Self {
+        match e {
+            AuthorityError::MissingPort => MalformedReason::MissingPort,
+            AuthorityError::BadPort | AuthorityError::PortZero => MalformedReason::BadPort,
+            AuthorityError::TooLong { .. }
+            | AuthorityError::EmptyHost
+            | AuthorityError::BadHost
+            | AuthorityError::ZoneId => MalformedReason::BadHost,
+        }
+    }
 }
 
 /// The answers a CONNECT proxy gives.
@@ -246,7 +259,7 @@ pub fn parse(buf: &[u8], max_head_len: usize) -> Result<(ConnectRequest, usize),
     if target.is_empty() {
         return Err(MalformedReason::BadTarget.into());
     }
-    let authority = Authority::parse_bytes(target)?;
+    let authority = Authority::parse_bytes(target).map_err(MalformedReason::from)?;
     i += 1;
 
     // HTTP-version CRLF
