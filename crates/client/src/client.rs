@@ -346,7 +346,8 @@ impl Client {
         }
     }
 
-    /// The client's settings.
+    /// The client's settings (the kube connector reads them).
+    #[cfg(feature = "kube")]
     pub(crate) fn config(&self) -> &ClientConfig {
         &self.inner.config
     }
