@@ -14,7 +14,7 @@ use apiway_core::config::source::Merge;
 use apiway_core::config::{AdminSection, Common, DrainSection};
 use apiway_core::connector::{TcpConnector, Via};
 use apiway_core::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
-use apiway_core::health::{CheckKind, HealthCheck, HealthCheckConfig};
+use apiway_core::health::{CheckDefaults, CheckKind, HealthCheck, HealthCheckConfig};
 use apiway_core::relay::RelayConfig;
 use serde::Deserialize;
 
@@ -94,11 +94,13 @@ pub struct AgentSettings {
     #[arg(long = "gateway", value_name = "HOST:PORT")]
     #[serde(default)]
     pub gateways: Vec<String>,
-    /// `health_check:` in the file (`kind: https|tcp|none`, `path`,
-    /// `interval`, `timeout`, `rise`, `fall`); the flags below override it.
+    /// `health_check:` in the file: the gateway's schema (`kind:
+    /// https|tcp|none`, `path`, `interval`, `timeout`, `rise`, `fall`,
+    /// `server_name`, `ca_file`, `insecure_skip_verify`) with the agent's
+    /// defaults; the flags below override it.
     #[arg(skip)]
     #[serde(default)]
-    pub health_check: Option<HealthCheckFile>,
+    pub health_check: Option<HealthCheckConfig>,
     /// Active health check: `https:/PATH`, `https` (= https:/readyz), `tcp`
     /// or `none` [default: https:/readyz for direct, none for gateways].
     #[arg(long = "health-check", value_name = "CHECK")]
@@ -224,29 +226,6 @@ impl Merge for AgentSettings {
     fn merge(self, later: AgentSettings) -> Result<AgentSettings, String> {
         Ok(self.overlay(later))
     }
-}
-
-/// `health_check:` (the fields of the gateway's, with `none` allowed).
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HealthCheckFile {
-    /// `https`, `tcp` or `none`.
-    pub kind: String,
-    /// Path for `https` (default `/readyz`).
-    #[serde(default)]
-    pub path: Option<String>,
-    /// Time between checks (default 1s).
-    #[serde(default, with = "apiway_core::duration::option")]
-    pub interval: Option<Duration>,
-    /// Time one check may take (default 1s).
-    #[serde(default, with = "apiway_core::duration::option")]
-    pub timeout: Option<Duration>,
-    /// Passes that bring an endpoint up (default 1).
-    #[serde(default)]
-    pub rise: Option<u32>,
-    /// Failures that take it down (default 1).
-    #[serde(default)]
-    pub fall: Option<u32>,
 }
 
 /// The upstream as the data path uses it.
@@ -482,31 +461,40 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
 
 /// The health check from `--health-check` or the file. `direct` checks
 /// `https:/readyz` by default; gateways get no active check unless asked
-/// (passive ejection still applies).
+/// (passive ejection still applies). An `https` check without its own
+/// `server_name` / `ca_file` takes the agent's (`--server-name`, `--ca`).
 fn health_check(
     mode: UpstreamMode,
     settings: &AgentSettings,
     server_name: String,
     ca_file: Option<PathBuf>,
 ) -> Result<Option<HealthCheck>, String> {
-    let mut spec = settings
-        .health_check
-        .clone()
-        .unwrap_or_else(|| HealthCheckFile {
-            kind: if mode == UpstreamMode::Direct {
-                "https".into()
-            } else {
-                "none".into()
-            },
-            ..HealthCheckFile::default()
-        });
+    let mut spec = settings.health_check.clone().unwrap_or_else(|| {
+        HealthCheckConfig::of_kind(if mode == UpstreamMode::Direct {
+            CheckKind::Https
+        } else {
+            CheckKind::None
+        })
+    });
     if let Some(text) = &settings.health_check_flag {
         let (kind, path) = match text.split_once(':') {
             Some((k, p)) => (k, Some(p.to_owned())),
             None => (text.as_str(), None),
         };
-        spec.kind = kind.to_owned();
-        spec.path = path;
+        spec.kind = match kind {
+            "none" => CheckKind::None,
+            "https" => CheckKind::Https,
+            "tcp" => CheckKind::Tcp,
+            other => {
+                return Err(format!(
+                    "--health-check `{other}`: use https:/PATH, https, tcp or none"
+                ))
+            }
+        };
+        if spec.kind == CheckKind::Tcp && path.as_deref().is_some_and(|p| !p.is_empty()) {
+            return Err("--health-check tcp takes no path".into());
+        }
+        spec.path = path.filter(|p| !p.is_empty());
     }
     if let Some(i) = settings.health_check_interval {
         spec.interval = Some(i);
@@ -514,35 +502,22 @@ fn health_check(
     if let Some(t) = settings.health_check_timeout {
         spec.timeout = Some(t);
     }
-    let kind = match spec.kind.as_str() {
-        "none" => return Ok(None),
-        "https" => CheckKind::Https,
-        "tcp" => CheckKind::Tcp,
-        other => {
-            return Err(format!(
-                "--health-check `{other}`: use https:/PATH, https, tcp or none"
-            ))
+    match spec.kind {
+        CheckKind::None => {
+            // Flags that tune a check mean nothing without one.
+            spec = HealthCheckConfig::of_kind(CheckKind::None);
         }
-    };
-    let https = kind == CheckKind::Https;
-    let interval = spec.interval.unwrap_or(Duration::from_secs(1));
-    let config = HealthCheckConfig {
-        kind,
-        path: if https { spec.path.clone() } else { None },
-        interval: Some(interval),
-        timeout: Some(spec.timeout.unwrap_or(interval.min(Duration::from_secs(1)))),
-        rise: Some(spec.rise.unwrap_or(1)),
-        fall: Some(spec.fall.unwrap_or(1)),
-        server_name: https.then_some(server_name),
-        ca_file: if https { ca_file.clone() } else { None },
-        insecure_skip_verify: false,
-    };
-    if !https && spec.path.as_deref().is_some_and(|p| !p.is_empty()) {
-        return Err("--health-check tcp takes no path".into());
+        CheckKind::Tcp => {
+            spec.path = None;
+        }
+        CheckKind::Https => {
+            spec.server_name = spec.server_name.or(Some(server_name));
+            if !spec.insecure_skip_verify {
+                spec.ca_file = spec.ca_file.or(ca_file);
+            }
+        }
     }
-    config
-        .validate()
-        .map(Some)
+    spec.validate_with(&CheckDefaults::AGENT)
         .map_err(|e| format!("--health-check: {e}"))
 }
 

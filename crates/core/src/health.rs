@@ -4,6 +4,6 @@
 //! the path the roles use.
 
 pub use crate::endpoint::check::{
-    CheckKind, HealthCheck, HealthCheckConfig, Probe, DNS_REFRESH, DNS_TIMEOUT,
+    CheckDefaults, CheckKind, HealthCheck, HealthCheckConfig, Probe, DNS_REFRESH, DNS_TIMEOUT,
 };
 pub use crate::endpoint::checker::{needs_checker, spawn_checker, spawn_resolver};

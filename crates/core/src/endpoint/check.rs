@@ -17,27 +17,65 @@ pub enum CheckKind {
     Tcp,
     /// An HTTPS `GET path` answers 2xx.
     Https,
+    /// No active check (passive ejection still applies).
+    None,
+}
+
+/// The defaults a role gives the fields a health check leaves out. The
+/// schema is one for every role; the defaults differ on purpose: an agent
+/// on a node fails over between a few API servers and wants to leave a hung
+/// one within a second or two, a gateway in front of many clusters checks
+/// less often and wants two failures before it moves load.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckDefaults {
+    /// Time between checks.
+    pub interval: Duration,
+    /// The timeout is the interval, at most this.
+    pub max_timeout: Duration,
+    /// Passes that bring an endpoint up.
+    pub rise: u32,
+    /// Failures that take it down.
+    pub fall: u32,
+}
+
+impl CheckDefaults {
+    /// The gateway's: every 2 s, down after 2 failures.
+    pub const GATEWAY: CheckDefaults = CheckDefaults {
+        interval: Duration::from_secs(2),
+        max_timeout: Duration::from_secs(2),
+        rise: 1,
+        fall: 2,
+    };
+    /// The agent's: every 1 s, down after 1 failure.
+    pub const AGENT: CheckDefaults = CheckDefaults {
+        interval: Duration::from_secs(1),
+        max_timeout: Duration::from_secs(1),
+        rise: 1,
+        fall: 1,
+    };
 }
 
 /// An active health check as written in configuration.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HealthCheckConfig {
-    /// `tcp` or `https`.
+    /// `tcp`, `https` or `none`.
     pub kind: CheckKind,
     /// Path for `https` (default `/readyz`).
     #[serde(default)]
     pub path: Option<String>,
-    /// Time between checks (default 2s).
+    /// Time between checks (default: the role's).
     #[serde(default, with = "crate::duration::option")]
     pub interval: Option<Duration>,
-    /// Time a check may take (default: the interval, at most 2s).
+    /// Time a check may take (default: the interval, at most the role's
+    /// maximum).
     #[serde(default, with = "crate::duration::option")]
     pub timeout: Option<Duration>,
     /// Consecutive passes that bring a down endpoint up (default 1).
     #[serde(default)]
     pub rise: Option<u32>,
-    /// Consecutive failures that take an up endpoint down (default 2).
+    /// Consecutive failures that take an up endpoint down (default: the
+    /// role's).
     #[serde(default)]
     pub fall: Option<u32>,
     /// TLS server name for `https` (default: the endpoint's host).
@@ -82,9 +120,46 @@ pub enum Probe {
 }
 
 impl HealthCheckConfig {
-    /// Validates into a [`HealthCheck`]; the error names the bad field.
+    /// A check of `kind` with every other field left to the defaults.
+    pub fn of_kind(kind: CheckKind) -> HealthCheckConfig {
+        HealthCheckConfig {
+            kind,
+            path: None,
+            interval: None,
+            timeout: None,
+            rise: None,
+            fall: None,
+            server_name: None,
+            ca_file: None,
+            insecure_skip_verify: false,
+        }
+    }
+
+    /// Validates with the gateway's defaults; `kind: none` is an error here
+    /// (use [`HealthCheckConfig::validate_with`] where it is allowed).
     pub fn validate(&self) -> Result<HealthCheck, String> {
-        let interval = self.interval.unwrap_or(Duration::from_secs(2));
+        self.validate_with(&CheckDefaults::GATEWAY)?
+            .ok_or_else(|| "health_check.kind: none is not a check".to_owned())
+    }
+
+    /// Validates into a [`HealthCheck`] (`None` for `kind: none`) with a
+    /// role's defaults; the error names the bad field.
+    pub fn validate_with(&self, defaults: &CheckDefaults) -> Result<Option<HealthCheck>, String> {
+        if self.kind == CheckKind::None {
+            let set = self.path.is_some()
+                || self.interval.is_some()
+                || self.timeout.is_some()
+                || self.rise.is_some()
+                || self.fall.is_some()
+                || self.server_name.is_some()
+                || self.ca_file.is_some()
+                || self.insecure_skip_verify;
+            if set {
+                return Err("health_check: kind: none takes no other field".into());
+            }
+            return Ok(None);
+        }
+        let interval = self.interval.unwrap_or(defaults.interval);
         if interval < Duration::from_millis(50) {
             return Err(format!(
                 "health_check.interval {interval:?} is too short; use at least 50ms"
@@ -92,16 +167,17 @@ impl HealthCheckConfig {
         }
         let timeout = self
             .timeout
-            .unwrap_or_else(|| interval.min(Duration::from_secs(2)));
+            .unwrap_or_else(|| interval.min(defaults.max_timeout));
         if timeout.is_zero() {
             return Err("health_check.timeout must be more than 0".into());
         }
-        let rise = self.rise.unwrap_or(1);
-        let fall = self.fall.unwrap_or(2);
+        let rise = self.rise.unwrap_or(defaults.rise);
+        let fall = self.fall.unwrap_or(defaults.fall);
         if rise == 0 || fall == 0 {
             return Err("health_check.rise and health_check.fall must be at least 1".into());
         }
         let probe = match self.kind {
+            CheckKind::None => return Ok(None),
             CheckKind::Tcp => {
                 if self.path.is_some() || self.ca_file.is_some() || self.server_name.is_some() {
                     return Err(
@@ -133,13 +209,13 @@ impl HealthCheckConfig {
                 }
             }
         };
-        Ok(HealthCheck {
+        Ok(Some(HealthCheck {
             probe,
             interval,
             timeout,
             rise,
             fall,
-        })
+        }))
     }
 }
 
@@ -204,5 +280,37 @@ mod tests {
         let mut c = cfg(CheckKind::Https);
         c.interval = Some(Duration::from_millis(1));
         assert!(c.validate().unwrap_err().contains("too short"));
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    use super::*;
+
+    #[test]
+    fn one_schema_with_each_roles_defaults() {
+        let tcp: HealthCheckConfig = crate::config_text::deserialize("kind: tcp\n").unwrap();
+        let gateway = tcp.validate_with(&CheckDefaults::GATEWAY).unwrap().unwrap();
+        assert_eq!(
+            (gateway.interval, gateway.fall),
+            (Duration::from_secs(2), 2)
+        );
+        let agent = tcp.validate_with(&CheckDefaults::AGENT).unwrap().unwrap();
+        assert_eq!(
+            (agent.interval, agent.timeout, agent.fall),
+            (Duration::from_secs(1), Duration::from_secs(1), 1)
+        );
+        let none: HealthCheckConfig = crate::config_text::deserialize("kind: none\n").unwrap();
+        assert_eq!(none.validate_with(&CheckDefaults::AGENT), Ok(None));
+        assert!(
+            none.validate().is_err(),
+            "where a check is required, none is refused"
+        );
+        let odd: HealthCheckConfig =
+            crate::config_text::deserialize("kind: none\ninterval: 1s\n").unwrap();
+        assert!(odd
+            .validate_with(&CheckDefaults::GATEWAY)
+            .unwrap_err()
+            .contains("kind: none takes no other field"));
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use apiway_core::config::Common;
 use apiway_core::endpoint::{Ejection, EndpointSetSpec};
+use apiway_core::health::CheckDefaults;
 use apiway_core::relay::{RelayConfig, RelayMode};
 use apiway_wire::connect::Authority;
 
@@ -125,8 +126,12 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         let health_check = r
             .health_check
             .as_ref()
-            .map(|h| h.validate().map_err(|e| format!("{at}.{e}")))
-            .transpose()?;
+            .map(|h| {
+                h.validate_with(&CheckDefaults::GATEWAY)
+                    .map_err(|e| format!("{at}.{e}"))
+            })
+            .transpose()?
+            .flatten();
         if let Some(ca) = health_check.as_ref().and_then(|h| match &h.probe {
             apiway_core::health::Probe::Https { tls, .. } => tls.ca_file.clone(),
             apiway_core::health::Probe::Tcp => None,
