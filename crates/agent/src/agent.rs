@@ -267,7 +267,11 @@ impl Agent {
 
     /// Runs the agent until SIGTERM/SIGINT: hot reload of `config` (on
     /// change and SIGHUP) when given, graceful drain on exit.
-    pub async fn run(config_path: Option<PathBuf>, flags: Flags) -> anyhow::Result<()> {
+    pub async fn run(
+        config_path: Option<PathBuf>,
+        flags: Flags,
+        ready_file: Option<PathBuf>,
+    ) -> anyhow::Result<()> {
         let text = match &config_path {
             Some(path) => std::fs::read_to_string(path)
                 .map_err(|e| anyhow::anyhow!("--config: cannot read {}: {e}", path.display()))?,
@@ -281,10 +285,13 @@ impl Agent {
         let snapshot = config::build(file, &flags).map_err(at)?;
         let admin = snapshot.admin;
         let reload_interval = snapshot.reload_interval;
+        let configured = snapshot.listen.clone();
         let agent = Agent::start(snapshot, flags).await?;
+        let mut report = apiway_core::ready::ReadyReport::for_this_process();
         if let Some(addr) = admin {
             match agent.serve_admin(addr).await {
                 Ok(bound) => {
+                    report.admin = Some(bound);
                     tracing::info!(address = %bound, "admin endpoint: /healthz /livez /readyz /metrics")
                 }
                 Err(e) => {
@@ -295,6 +302,16 @@ impl Agent {
                     return Err(e);
                 }
             }
+        }
+        if let Some(path) = ready_file {
+            // Listeners are bound in the configured order.
+            let bound = agent.listener_addrs();
+            report.listeners = configured
+                .iter()
+                .map(|c| c.to_string())
+                .zip(bound)
+                .collect();
+            report.write(&path)?;
         }
         let reloader = config_path.map(|path| {
             let agent = agent.clone();

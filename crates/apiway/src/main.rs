@@ -46,6 +46,11 @@ enum Role {
         /// Only validate the configuration file and exit (0 when valid).
         #[arg(long)]
         check: bool,
+        /// Write a JSON file with the pid, the admin address and every
+        /// listener's bound address once all are bound (for scripts and tests)
+        /// [default: none].
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
     /// Per-node forwarder: listen on local addresses (optionally adding the
     /// address to an interface) and forward each connection directly to the
@@ -93,6 +98,11 @@ enum Role {
         api_upstream: Option<String>,
         #[command(flatten)]
         advertise: AdvertiseArgs,
+        /// Write a JSON file with the pid, the admin address and every
+        /// listener's bound address once all are bound (for scripts and tests)
+        /// [default: none].
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
 }
 
@@ -119,16 +129,16 @@ struct AdvertiseArgs {
     #[arg(
         long,
         value_name = "CLIENT_CIDR=ENDPOINT_CIDR",
-        value_parser = apiway_client::advertise::ReachabilityRule::parse,
+        value_parser = apiway_advertise::ReachabilityRule::parse,
         requires = "advertise"
     )]
-    advertise_rule: Vec<apiway_client::advertise::ReachabilityRule>,
+    advertise_rule: Vec<apiway_advertise::ReachabilityRule>,
 }
 
 impl AdvertiseArgs {
     /// The advertiser the flags describe; `None` without --advertise.
-    fn advertiser(self) -> Option<apiway_client::advertise::Advertiser> {
-        use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability};
+    fn advertiser(self) -> Option<apiway_advertise::Advertiser> {
+        use apiway_advertise::{AdvertisedEndpoint, Advertiser, Reachability};
         if self.advertise.is_empty() {
             return None;
         }
@@ -232,6 +242,11 @@ struct AgentArgs {
     /// Then wait this long for open connections [default: 30s].
     #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     grace_period: Option<std::time::Duration>,
+    /// Write a JSON file with the pid, the admin address and every
+    /// listener's bound address once all are bound (for scripts and tests)
+    /// [default: none].
+    #[arg(long, value_name = "PATH")]
+    ready_file: Option<PathBuf>,
 }
 
 impl AgentArgs {
@@ -300,7 +315,11 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.role {
-            Role::Gateway { config, check } => {
+            Role::Gateway {
+                config,
+                check,
+                ready_file,
+            } => {
                 if check {
                     let text = std::fs::read_to_string(&config).map_err(|e| {
                         anyhow::anyhow!("cannot read the config file {}: {e}", config.display())
@@ -310,12 +329,13 @@ fn main() -> std::process::ExitCode {
                     println!("{}: valid", config.display());
                     Ok(())
                 } else {
-                    apiway_gateway::Gateway::run(config).await
+                    apiway_gateway::Gateway::run(config, ready_file).await
                 }
             }
-            Role::Agent(args) => {
+            Role::Agent(mut args) => {
+                let ready_file = args.ready_file.take();
                 let (config, flags) = args.into_parts();
-                apiway_agent::Agent::run(config, flags).await
+                apiway_agent::Agent::run(config, flags, ready_file).await
             }
             Role::Demo => demo::run().await,
             Role::Endpoints(args) => endpoints::run(args).await,
@@ -328,8 +348,9 @@ fn main() -> std::process::ExitCode {
                 alt_svc,
                 api_upstream,
                 advertise,
+                ready_file,
             } => {
-                let mut config = apiway_test_support::StandinConfig::from_files(
+                let mut config = apiway_standin::StandinConfig::from_files(
                     name,
                     listen,
                     &cert,
@@ -343,7 +364,16 @@ fn main() -> std::process::ExitCode {
                 if let Some(advertiser) = advertise.advertiser() {
                     config = config.with_advertiser(advertiser);
                 }
-                apiway_test_support::serve_forever(config).await
+                let server = apiway_standin::StandinServer::start(config).await?;
+                tracing::info!(name = %server.name(), addr = %server.addr(), "stand-in API server serving");
+                if let Some(path) = ready_file {
+                    let mut report = apiway_core::ready::ReadyReport::for_this_process();
+                    report.listeners.insert("https".to_owned(), server.addr());
+                    report.write(&path)?;
+                }
+                std::future::pending::<()>().await;
+                drop(server);
+                Ok(())
             }
         }
     });

@@ -19,6 +19,7 @@ pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod metrics;
+pub mod ready;
 pub mod reload;
 pub mod select;
 pub mod sync;

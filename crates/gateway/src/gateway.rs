@@ -496,7 +496,7 @@ impl Gateway {
 
     /// Runs the gateway from a configuration file until SIGTERM/SIGINT:
     /// hot reload on change and SIGHUP, graceful drain on exit.
-    pub async fn run(config_path: PathBuf) -> anyhow::Result<()> {
+    pub async fn run(config_path: PathBuf, ready_file: Option<PathBuf>) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(&config_path).map_err(|e| {
             anyhow::anyhow!("cannot read the config file {}: {e}", config_path.display())
         })?;
@@ -504,10 +504,19 @@ impl Gateway {
             config::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", config_path.display()))?;
         let admin = snapshot.admin;
         let reload_interval = snapshot.reload_interval;
+        let names: Vec<String> = snapshot.listeners.iter().map(|l| l.name.clone()).collect();
         let gateway = Gateway::start(snapshot).await?;
         if let Some(addr) = admin {
             let bound = gateway.serve_admin(addr).await?;
             tracing::info!(address = %bound, "admin endpoint: /healthz /livez /readyz /metrics");
+        }
+        if let Some(path) = ready_file {
+            let mut report = apiway_core::ready::ReadyReport::for_this_process();
+            report.admin = gateway.admin_addr();
+            report.listeners = (names.into_iter())
+                .filter_map(|name| Some((name.clone(), gateway.listener_addr(&name)?)))
+                .collect();
+            report.write(&path)?;
         }
         let reloader = {
             let gateway = gateway.clone();

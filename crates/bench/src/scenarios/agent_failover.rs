@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use apiway_standin::pki::{self, Ca};
 use apiway_test_support::peers::{free_port, wait_for_port, Haproxy, StandinProcess};
-use apiway_test_support::pki::{self, Ca};
 
 use super::failover::{self, Fault, Outcome};
 use super::Settings;
@@ -90,14 +90,9 @@ async fn trial(
 
 /// One request on a new connection; the name of the stand-in that answered.
 async fn request(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<String> {
-    let r = apiway_test_support::https_get_with_config(
-        addr,
-        "kubernetes.default",
-        "/readyz",
-        config,
-        false,
-    )
-    .await?;
+    let r =
+        apiway_standin::https_get_with_config(addr, "kubernetes.default", "/readyz", config, false)
+            .await?;
     if r.status != 200 {
         bail!("status {}", r.status);
     }
