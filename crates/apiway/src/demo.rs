@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use apiway_core::runtime::Running;
 use apiway_gateway::Gateway;
-use apiway_test_support::{https_get, Ca, StandinConfig, StandinServer};
+use apiway_standin::{https_get, Ca, StandinConfig, StandinServer};
 
 const A: &str = "api.a.example.com";
 const B: &str = "api.b.example.com";

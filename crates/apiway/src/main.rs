@@ -92,6 +92,11 @@ enum Role {
         api_upstream: Option<String>,
         #[command(flatten)]
         advertise: AdvertiseArgs,
+        /// Write a JSON file with the pid, the admin address and every
+        /// listener's bound address once all are bound (for scripts and tests)
+        /// [default: none].
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
 }
 
@@ -118,16 +123,16 @@ struct AdvertiseArgs {
     #[arg(
         long,
         value_name = "CLIENT_CIDR=ENDPOINT_CIDR",
-        value_parser = apiway_client::advertise::ReachabilityRule::parse,
+        value_parser = apiway_advertise::ReachabilityRule::parse,
         requires = "advertise"
     )]
-    advertise_rule: Vec<apiway_client::advertise::ReachabilityRule>,
+    advertise_rule: Vec<apiway_advertise::ReachabilityRule>,
 }
 
 impl AdvertiseArgs {
     /// The advertiser the flags describe; `None` without --advertise.
-    fn advertiser(self) -> Option<apiway_client::advertise::Advertiser> {
-        use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability};
+    fn advertiser(self) -> Option<apiway_advertise::Advertiser> {
+        use apiway_advertise::{AdvertisedEndpoint, Advertiser, Reachability};
         if self.advertise.is_empty() {
             return None;
         }
@@ -267,8 +272,9 @@ fn main() -> std::process::ExitCode {
                 alt_svc,
                 api_upstream,
                 advertise,
+                ready_file,
             } => {
-                let mut config = apiway_test_support::StandinConfig::from_files(
+                let mut config = apiway_standin::StandinConfig::from_files(
                     name,
                     listen,
                     &cert,
@@ -282,7 +288,16 @@ fn main() -> std::process::ExitCode {
                 if let Some(advertiser) = advertise.advertiser() {
                     config = config.with_advertiser(advertiser);
                 }
-                apiway_test_support::serve_forever(config).await
+                let server = apiway_standin::StandinServer::start(config).await?;
+                tracing::info!(name = %server.name(), addr = %server.addr(), "stand-in API server serving");
+                if let Some(path) = ready_file {
+                    let mut report = apiway_core::ready::ReadyReport::for_this_process();
+                    report.listeners.insert("https".to_owned(), server.addr());
+                    report.write(&path)?;
+                }
+                std::future::pending::<()>().await;
+                drop(server);
+                Ok(())
             }
         }
     });

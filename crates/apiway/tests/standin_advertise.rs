@@ -7,8 +7,8 @@ use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use apiway_standin::pki::Ca;
 use apiway_test_support::peers::{free_port, output_within, require_binary, StandinProcess};
-use apiway_test_support::pki::Ca;
 use tokio::process::Command;
 
 const APIWAY: &str = env!("CARGO_BIN_EXE_apiway");

@@ -1,17 +1,15 @@
-//! The apiway gateway as a child process, the way a user runs it.
-//!
-//! (The test-support launchers cover HAProxy and nginx; their process guard
-//! is private to that crate, so the gateway gets its own small one here.)
+//! The apiway gateway (or agent) as a child process, the way a user runs
+//! it, through test-support's launcher; its addresses come from its ready
+//! file.
 
-use std::fs::File;
 use std::net::SocketAddr;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+use apiway_test_support::process::{ChildProcess, Launcher};
+use rustix::process::Signal;
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -23,12 +21,9 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// A running `apiway gateway --config FILE`, killed (SIGKILL to its process
 /// group) on drop.
 pub struct GatewayProcess {
-    child: Child,
+    process: ChildProcess,
     config: PathBuf,
-    log: PathBuf,
     admin: SocketAddr,
-    // Last, so the directory goes after the process.
-    dir: TempDir,
 }
 
 /// What one reload took.
@@ -105,34 +100,34 @@ impl GatewayProcess {
                 binary.display()
             );
         }
-        let log = dir.path().join("apiway.log");
-        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let started = Instant::now();
-        let child = Command::new(binary)
+        let mut command = Command::new(binary);
+        command
             .args(&args)
-            .env("TOKIO_WORKER_THREADS", worker_threads.to_string())
-            .stdin(Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .process_group(0)
-            .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .env("TOKIO_WORKER_THREADS", worker_threads.to_string());
+        let started = Instant::now();
+        // No deadline: a benchmark run takes as long as it takes.
+        let mut process = Launcher::new(command)
+            .dir(dir)
+            .log_name("apiway.log")
+            .deadline(None)
+            .ready_file()
+            .spawn()?;
+        let report = process.wait_for_ready_file(TIMEOUT).await?;
+        if report.admin != Some(admin) || !report.listeners.values().any(|a| *a == listen) {
+            bail!("apiway was to serve {listen} and admin {admin}, but reports {report:?}");
+        }
         let mut gateway = GatewayProcess {
-            child,
+            process,
             config,
-            log,
             admin,
-            dir,
         };
+        // Its admin endpoint is bound; it answers once the accept task runs.
         let deadline = started + TIMEOUT;
-        loop {
+        while gateway.metrics().await.is_err() {
             gateway.ensure_running()?;
-            if TcpStream::connect(listen).await.is_ok() && gateway.metrics().await.is_ok() {
-                break;
-            }
             if Instant::now() >= deadline {
                 bail!(
-                    "apiway did not serve {listen} and /metrics within {TIMEOUT:?}; log:\n{}",
+                    "apiway did not serve /metrics within {TIMEOUT:?}; log:\n{}",
                     gateway.log_tail()
                 );
             }
@@ -153,7 +148,7 @@ impl GatewayProcess {
 
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// Replaces the config file (write and rename), sends SIGHUP and waits
@@ -161,13 +156,15 @@ impl GatewayProcess {
     /// error quoting the log.
     pub async fn reload(&mut self, config_text: &str) -> Result<AppliedReload> {
         let before = self.metrics().await?;
-        let candidate = self.dir.path().join("gateway.next.yaml");
+        let candidate = self.process.dir().join("gateway.next.yaml");
         std::fs::write(&candidate, config_text)
             .with_context(|| format!("writing {}", candidate.display()))?;
         std::fs::rename(&candidate, &self.config)
             .with_context(|| format!("installing {}", self.config.display()))?;
         let sent = Instant::now();
-        kill_process(self.raw_pid()?, Signal::HUP).context("sending SIGHUP to the gateway")?;
+        self.process
+            .signal(Signal::HUP)
+            .context("sending SIGHUP to the gateway")?;
         loop {
             self.ensure_running()?;
             let now = self.metrics().await?;
@@ -201,35 +198,14 @@ impl GatewayProcess {
 
     /// Fails, quoting the log, if the gateway has exited.
     pub fn ensure_running(&mut self) -> Result<()> {
-        match self.child.try_wait()? {
-            None => Ok(()),
-            Some(status) => bail!("the gateway exited ({status}); log:\n{}", self.log_tail()),
-        }
+        self.process.ensure_running()
     }
 
     /// The last lines of the gateway's log.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let text = self.process.log_text();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(20)..].join("\n")
-    }
-
-    fn raw_pid(&self) -> Result<Pid> {
-        i32::try_from(self.child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| anyhow!("invalid pid {}", self.child.id()))
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        if let Ok(pid) = self.raw_pid() {
-            // ESRCH only means it is gone already.
-            let _ = kill_process_group(pid, Signal::KILL);
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -100,7 +100,7 @@ mod tests {
     /// A kubeconfig for `https://api-int.example:6443` trusting a fresh
     /// CA (written into `dir`), with `user` as the user entry.
     fn kubeconfig(dir: &std::path::Path, user: &str) -> String {
-        let ca = apiway_test_support::Ca::new("kube config test CA").expect("CA");
+        let ca = apiway_standin::Ca::new("kube config test CA").expect("CA");
         let ca_path = dir.join("ca.pem");
         std::fs::write(&ca_path, ca.cert_pem()).expect("write CA");
         format!(

@@ -107,13 +107,12 @@
 //!
 //! # The server side
 //!
-//! [`advertise`] is for Rust API servers and proxies: a tower layer that
-//! adds the `Alt-Svc` header this client learns from, listing the ready
-//! endpoints each client can reach from its source network.
+//! The `apiway-advertise` crate is for Rust API servers and proxies: a tower
+//! layer that adds the `Alt-Svc` header this client learns from, listing the
+//! ready endpoints each client can reach from its source network.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod advertise;
 mod client;
 mod config;
 mod connect;

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use apiway_client::{Client, ClientConfig};
-use apiway_test_support::fixture_api::endpoint_slice;
-use apiway_test_support::pki::{self, Ca};
-use apiway_test_support::{FixtureApi, FixtureServer, StandinConfig, StandinServer};
+use apiway_standin::fixture_api::endpoint_slice;
+use apiway_standin::pki::{self, Ca};
+use apiway_standin::{FixtureApi, FixtureServer, StandinConfig, StandinServer};
 use serde_json::json;
 use support::{bounded, get_report, gets_across, metrics_text, sample};
 

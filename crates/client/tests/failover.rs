@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_client::advertise::{alt_svc_value, AdvertisedEndpoint};
+use apiway_advertise::{alt_svc_value, AdvertisedEndpoint};
 use apiway_client::{Address, Block, Client, ClientConfig, Error, Stage};
-use apiway_test_support::pki::{self, ALPN_H2};
-use apiway_test_support::{Ca, Issued, StandinConfig, StandinServer};
+use apiway_standin::pki::{self, ALPN_H2};
+use apiway_standin::{Ca, Issued, StandinConfig, StandinServer};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;

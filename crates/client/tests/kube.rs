@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use apiway_client::{Client, ClientConfig};
-use apiway_test_support::pki;
-use apiway_test_support::{Ca, Issued, StandinConfig, StandinServer};
+use apiway_standin::pki;
+use apiway_standin::{Ca, Issued, StandinConfig, StandinServer};
 
 async fn standin(name: &str, ip: &str, cert: &Issued) -> Result<StandinServer> {
     let listen: SocketAddr = format!("{ip}:0").parse()?;

@@ -22,6 +22,7 @@ pub mod health;
 pub mod listener;
 pub mod metrics;
 pub mod read_until;
+pub mod ready;
 pub mod reload;
 pub mod runtime;
 pub mod select;

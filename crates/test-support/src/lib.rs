@@ -1,28 +1,14 @@
-//! Test support for apiway: everything needed to run a realistic topology on
-//! loopback without a real Kubernetes cluster.
+//! Test support for apiway: what tests and benchmarks need around the
+//! product, and nothing the product itself uses (the stand-in API server,
+//! the fixture Kubernetes API and the PKI are in `apiway-standin`).
 //!
-//! - [`pki`]: a throw-away certificate authority that issues server and client
-//!   certificates, and turns them into rustls configurations.
-//! - [`standin`]: a stand-in Kubernetes API server (real TLS, HTTP/1.1 and
-//!   HTTP/2, flippable `/readyz`, optional client-certificate auth, `Alt-Svc`).
-//! - [`fixture_api`]: a fixture Kubernetes API (an in-memory store with
-//!   list and watch by `resourceVersion`) that stand-ins can mount.
-//! - [`client`]: a small HTTPS client that reports which server answered.
-//! - [`peers`]: launchers for real third-party peers (HAProxy, nginx, etcd) and
-//!   helpers for ports and process memory.
-//!
-//! It is used by the `apiway demo` command, by integration tests and by the
-//! benchmarks, so it is ordinary library code: no panics on peer input.
+//! - [`process`]: the one launcher for child processes (apiway roles and
+//!   real peers alike): own process group, a watchdog, captured output,
+//!   readiness by port or by ready file.
+//! - [`peers`]: launchers for real third-party peers (HAProxy, nginx, etcd)
+//!   and `apiway standin` processes, and helpers for ports and process memory.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod client;
-pub mod fixture_api;
 pub mod peers;
-pub mod pki;
-pub mod standin;
-
-pub use client::{https_get, https_get_with_config, Response};
-pub use fixture_api::{FixtureApi, FixtureServer};
-pub use pki::{Ca, Issued};
-pub use standin::{serve_forever, StandinAltSvc, StandinConfig, StandinServer};
+pub mod process;

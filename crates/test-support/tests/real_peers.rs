@@ -7,11 +7,11 @@ use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use apiway_standin::pki::{Ca, Issued};
+use apiway_standin::{https_get, StandinConfig, StandinServer};
 use apiway_test_support::peers::{
     free_port, proc_memory, require_binary, Etcd, Haproxy, Nginx, NGINX_STREAM_MODULE,
 };
-use apiway_test_support::pki::{Ca, Issued};
-use apiway_test_support::{https_get, StandinConfig, StandinServer};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 

@@ -11,9 +11,10 @@ use apiway_test_support::peers::StandinProcess;
 use rustix::process::Signal;
 
 use crate::support::metrics::Metrics;
-use crate::support::process::{field, LoggedChild, APIWAY};
+use crate::support::process::{launch_in, APIWAY, START_TIMEOUT};
 use crate::support::tools::{run, CurlAnswer};
 use crate::support::{Pki, LOCALHOST};
+use apiway_test_support::process::{command_in, ChildProcess};
 
 /// The names every stand-in certificate carries: what the agent's health
 /// check and clients of `kubernetes.default.svc` ask for.
@@ -21,7 +22,7 @@ pub const API_NAMES: &[&str] = &["kubernetes.default", "kubernetes.default.svc"]
 
 /// A running `apiway agent ARGS`; killed on drop.
 pub struct AgentProcess {
-    process: LoggedChild,
+    process: ChildProcess,
     listeners: Vec<SocketAddr>,
     admin: Option<SocketAddr>,
 }
@@ -31,51 +32,39 @@ impl AgentProcess {
     /// `--listen` is bound and, with `--admin`, the admin endpoint serves.
     pub async fn start(netns: Option<&Netns>, args: &[&str]) -> Result<AgentProcess> {
         let mut agent = AgentProcess::spawn(netns, args, &[])?;
-        let listens = args.iter().filter(|a| **a == "--listen").count();
-        agent
-            .wait_for_log("every listener", Duration::from_secs(10), |lines| {
-                lines.iter().filter(|l| l.contains(" listening ")).count() >= listens
-            })
-            .await?;
-        for line in agent.log_lines() {
-            if line.contains(" listening ") {
-                if let Some(a) = field(&line, "address") {
-                    agent.listeners.push(a.parse()?);
-                }
-            }
-        }
-        if args.contains(&"--admin") {
-            let line = agent
-                .wait_for_line("the admin endpoint", Duration::from_secs(10), |l| {
-                    l.contains("admin endpoint")
-                })
-                .await?;
-            agent.admin = field(&line, "address").and_then(|a| a.parse().ok());
-        }
+        let report = agent.process.wait_for_ready_file(START_TIMEOUT).await?;
+        // The report names listeners by their configured ip:port; keep the
+        // order of the --listen flags where they name them.
+        let flagged: Vec<SocketAddr> = args
+            .windows(2)
+            .filter(|w| w[0] == "--listen")
+            .filter_map(|w| w[1].parse::<SocketAddr>().ok())
+            .filter_map(|a| report.listener(&a.to_string()))
+            .collect();
+        agent.listeners = if flagged.len() == report.listeners.len() {
+            flagged
+        } else {
+            report.listeners.values().copied().collect()
+        };
+        agent.admin = report.admin;
         Ok(agent)
     }
 
     /// Starts the agent without waiting; `wrapper` goes before the binary
     /// (e.g. `setpriv ...`).
     pub fn spawn(netns: Option<&Netns>, args: &[&str], wrapper: &[&str]) -> Result<AgentProcess> {
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns.name()]);
-                c.args(wrapper);
-                c.arg(APIWAY);
+        // `wrapper` (if any) runs the binary, inside the namespace if any.
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = command_in(netns.map(Netns::name), program);
+                c.args(rest).arg(APIWAY);
                 c
             }
-            None if !wrapper.is_empty() => {
-                let mut c = Command::new(wrapper[0]);
-                c.args(&wrapper[1..]).arg(APIWAY);
-                c
-            }
-            None => Command::new(APIWAY),
+            None => command_in(netns.map(Netns::name), APIWAY),
         };
         command.arg("agent").args(args);
         Ok(AgentProcess {
-            process: LoggedChild::spawn(command, "agent")?,
+            process: launch_in(command, temp_dir("apiway-agent-test-")?)?,
             listeners: Vec::new(),
             admin: None,
         })
@@ -86,7 +75,7 @@ impl AgentProcess {
         self.listeners[0]
     }
 
-    /// Every bound listener, in log order.
+    /// Every bound listener, in --listen order.
     pub fn listeners(&self) -> &[SocketAddr] {
         &self.listeners
     }
@@ -94,16 +83,6 @@ impl AgentProcess {
     /// Every stderr line so far.
     pub fn log_lines(&self) -> Vec<String> {
         self.process.log_lines()
-    }
-
-    /// Waits until the log as a whole satisfies `pred`.
-    pub async fn wait_for_log(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&[String]) -> bool,
-    ) -> Result<()> {
-        self.process.wait_for_log(what, timeout, pred).await
     }
 
     /// Waits for one line matching `pred` and returns it.
@@ -352,4 +331,11 @@ pub async fn answered_by(netns: Option<&Netns>, addr: SocketAddr, pki: &Pki) -> 
     a.standin()
         .map(str::to_owned)
         .ok_or_else(|| anyhow!("no x-apiway-standin header in {}", a.headers))
+}
+
+fn temp_dir(prefix: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("creating a temporary directory")
 }

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_test_support::fixture_api::{endpoint_slice, FixtureApi};
+use apiway_standin::fixture_api::{endpoint_slice, FixtureApi};
 use serde_json::Value;
 
 use crate::support::{bounded, Standins, IPS};

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use apiway_client::{Client, ClientConfig};
+use apiway_standin::{pki, Ca, Issued};
 use apiway_test_support::peers::StandinProcess;
-use apiway_test_support::{pki, Ca, Issued};
 
 /// Where the stand-ins listen; the first is also the origin (the address
 /// a kubeconfig would name).

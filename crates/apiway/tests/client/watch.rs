@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use apiway_test_support::fixture_api::FixtureApi;
+use apiway_standin::fixture_api::FixtureApi;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};

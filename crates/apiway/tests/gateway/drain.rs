@@ -17,7 +17,7 @@ use crate::support::{
 
 struct Draining {
     pki: Pki,
-    _standin: apiway_test_support::StandinServer,
+    _standin: apiway_standin::StandinServer,
     _echo: EchoBackend,
     gateway: GatewayProcess,
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_test_support::StandinServer;
+use apiway_standin::StandinServer;
 use apiway_wire::sni::{parse_client_hello, refragment, DEFAULT_MAX_HELLO_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use apiway_standin::StandinServer;
 use apiway_test_support::peers::{free_port, Haproxy, Nginx, NGINX_STREAM_MODULE};
-use apiway_test_support::StandinServer;
 use apiway_wire::proxy::{ProxyHeader, RenderOptions, Version};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use apiway_test_support::standin::pattern_byte;
-use apiway_test_support::StandinServer;
+use apiway_standin::standin::pattern_byte;
+use apiway_standin::StandinServer;
 use rustix::process::Signal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -2,7 +2,7 @@
 //! openssl for server names curl would normalize.
 
 use anyhow::{ensure, Context, Result};
-use apiway_test_support::StandinServer;
+use apiway_standin::StandinServer;
 
 use crate::support::tools::{answer_json, curl, openssl_get};
 use crate::support::{GatewayProcess, Pki};

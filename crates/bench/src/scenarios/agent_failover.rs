@@ -10,13 +10,14 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use apiway_test_support::peers::{free_port, wait_for_port, Haproxy, StandinProcess};
-use apiway_test_support::pki::{self, Ca};
+use anyhow::{bail, Result};
+use apiway_standin::pki::{self, Ca};
+use apiway_test_support::peers::{free_port, Haproxy, StandinProcess};
+use apiway_test_support::process::{ChildProcess, Launcher};
 
 use super::failover::{self, Fault, Outcome};
 use super::Settings;
@@ -90,24 +91,19 @@ async fn trial(
 
 /// One request on a new connection; the name of the stand-in that answered.
 async fn request(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<String> {
-    let r = apiway_test_support::https_get_with_config(
-        addr,
-        "kubernetes.default",
-        "/readyz",
-        config,
-        false,
-    )
-    .await?;
+    let r =
+        apiway_standin::https_get_with_config(addr, "kubernetes.default", "/readyz", config, false)
+            .await?;
     if r.status != 200 {
         bail!("status {}", r.status);
     }
     Ok(r.standin().unwrap_or_default().to_owned())
 }
 
-/// `apiway agent` in direct mode with its defaults, killed on drop.
+/// `apiway agent` in direct mode with its defaults, killed (with its
+/// process group) on drop.
 struct AgentProcess {
-    child: Child,
-    _dir: tempfile::TempDir,
+    _process: ChildProcess,
 }
 
 impl AgentProcess {
@@ -116,37 +112,24 @@ impl AgentProcess {
         listen: SocketAddr,
         standins: &[StandinProcess],
     ) -> Result<AgentProcess> {
-        let dir = tempfile::Builder::new()
-            .prefix("apiway-bench-agent-")
-            .tempdir()?;
-        let log = std::fs::File::create(dir.path().join("agent.log"))?;
         let mut command = Command::new(apiway);
         command
             .arg("agent")
             .arg("--listen")
             .arg(listen.to_string())
-            .env("TOKIO_WORKER_THREADS", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+            .env("TOKIO_WORKER_THREADS", "1");
         for s in standins {
             command.arg("--endpoint").arg(s.addr().to_string());
         }
-        let child = command.spawn().context("starting apiway agent")?;
-        let mut agent = AgentProcess { child, _dir: dir };
-        if let Err(e) = wait_for_port(listen, Duration::from_secs(10)).await {
-            let log =
-                std::fs::read_to_string(agent._dir.path().join("agent.log")).unwrap_or_default();
-            let _ = agent.child.kill();
-            bail!("{e}; agent log:\n{log}");
+        let mut process = Launcher::new(command)
+            .log_name("agent.log")
+            .deadline(None)
+            .ready_file()
+            .spawn()?;
+        let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
+        if report.listener(&listen.to_string()) != Some(listen) {
+            bail!("apiway agent was to listen on {listen}, but reports {report:?}");
         }
-        Ok(agent)
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        Ok(AgentProcess { _process: process })
     }
 }

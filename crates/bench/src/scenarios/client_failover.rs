@@ -16,8 +16,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use apiway_standin::pki::{self, Ca};
 use apiway_test_support::peers::{free_port, Haproxy, StandinProcess};
-use apiway_test_support::pki::{self, Ca};
 
 use super::failover::{self, Fault, Outcome};
 use super::Settings;

@@ -15,8 +15,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use apiway_standin::pki::Ca;
 use apiway_test_support::peers::StandinProcess;
-use apiway_test_support::pki::Ca;
 use tokio::time::Instant;
 
 use super::client_failover::{apiway_kube, plain_kube, whoami, Path};

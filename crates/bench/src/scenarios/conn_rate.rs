@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use apiway_test_support::pki::{client_config, server_config, Ca};
+use apiway_standin::pki::{client_config, server_config, Ca};
 use rustls::client::Resumption;
 use rustls::pki_types::ServerName;
 use tokio::task::JoinSet;

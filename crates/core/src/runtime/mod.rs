@@ -18,8 +18,6 @@
 //! configuration is invalid or something cannot start (a listener cannot
 //! bind, the admin endpoint cannot bind), 2 for a command-line error.
 
-mod ready;
-
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -37,7 +35,7 @@ use crate::drain::Drain;
 use crate::reload::ReloadMetrics;
 use crate::sync::lock;
 
-pub use ready::ReadyReport;
+pub use crate::ready::ReadyReport;
 
 /// A long-running role (gateway, agent, tunnel server): its data path, and
 /// how a snapshot is validated and applied.
@@ -202,10 +200,9 @@ impl<R: Role> Running<R> {
     /// listener's bound address.
     pub fn ready_report(&self) -> ReadyReport {
         ReadyReport {
-            pid: std::process::id(),
-            role: R::NAME.to_owned(),
             admin: self.admin,
             listeners: self.role.listeners().into_iter().collect(),
+            ..ReadyReport::for_this_process()
         }
     }
 
@@ -400,7 +397,7 @@ pub async fn run<R: Role>(
         if let Err(e) = running.ready_report().write(path) {
             running.shutdown(std::future::ready(())).await;
             feeds.stop.cancel();
-            return Err(anyhow::anyhow!("--ready-file {}: {e}", path.display()));
+            return Err(anyhow::anyhow!("--ready-file: {e}"));
         }
     }
     let hangups = spawn_hangup_forwarder(feeds.resync.clone(), feeds.stop.clone());

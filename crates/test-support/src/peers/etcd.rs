@@ -11,10 +11,10 @@ use anyhow::{bail, Context, Result};
 use rustix::process::Signal;
 use tokio::time::Instant;
 
-use super::process::PeerProcess;
 use super::{free_port, require_binary};
-use crate::client::https_get_with_config;
-use crate::pki::{self, Ca, Issued};
+use crate::process::{ChildProcess, Launcher};
+use apiway_standin::client::https_get_with_config;
+use apiway_standin::pki::{self, Ca, Issued};
 
 /// How long etcd gets to report healthy.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,7 +25,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// the peer (raft) port is plain HTTP on another free port. Data and log
 /// (`etcd.log`) live in [`dir`](Self::dir).
 pub struct Etcd {
-    process: PeerProcess,
+    process: ChildProcess,
     client_addr: SocketAddr,
     ca_path: PathBuf,
     probe: Issued,
@@ -92,7 +92,10 @@ impl Etcd {
                 command.env_remove(key);
             }
         }
-        let process = PeerProcess::spawn(command, dir, "etcd.log")?;
+        let process = Launcher::new(command)
+            .dir(dir)
+            .log_name("etcd.log")
+            .spawn()?;
         let etcd = Etcd {
             process,
             client_addr: SocketAddr::from((Ipv4Addr::LOCALHOST, client_port)),

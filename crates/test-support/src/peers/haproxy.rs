@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use rustix::process::Signal;
 
 use super::ports::parse_listen_addr;
-use super::process::PeerProcess;
 use super::{process_tree, require_binary};
+use crate::process::{ChildProcess, Launcher};
 
 /// How long HAProxy gets to start listening or to reload.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -21,7 +21,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// for; wildcard binds are probed on 127.0.0.1. Logs (stderr) go to
 /// `haproxy.log` in [`dir`](Self::dir).
 pub struct Haproxy {
-    process: PeerProcess,
+    process: ChildProcess,
     binary: PathBuf,
     config: PathBuf,
     listen: Vec<SocketAddr>,
@@ -53,7 +53,10 @@ impl Haproxy {
 
         let mut command = Command::new(&binary);
         command.arg("-W").arg("-db").arg("-f").arg(&config);
-        let process = PeerProcess::spawn(command, dir, "haproxy.log")?;
+        let process = Launcher::new(command)
+            .dir(dir)
+            .log_name("haproxy.log")
+            .spawn()?;
         let mut haproxy = Haproxy {
             process,
             binary,

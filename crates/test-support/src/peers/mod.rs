@@ -13,7 +13,6 @@ mod haproxy;
 mod memory;
 mod nginx;
 mod ports;
-mod process;
 mod procfs;
 mod standin_process;
 
@@ -22,6 +21,7 @@ pub use haproxy::Haproxy;
 pub use memory::{proc_memory, ProcMemory};
 pub use nginx::{Nginx, NGINX_STREAM_MODULE};
 pub use ports::{free_port, wait_for_port};
+pub(crate) use procfs::holds_listening_socket;
 pub use procfs::process_tree;
 pub use standin_process::StandinProcess;
 

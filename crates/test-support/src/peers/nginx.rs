@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use rustix::process::Signal;
 
 use super::ports::parse_listen_addr;
-use super::process::PeerProcess;
 use super::{proc_memory, process_tree, require_binary, ProcMemory};
+use crate::process::{ChildProcess, Launcher};
 
 /// How long nginx gets to start listening or to reload.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -32,7 +32,7 @@ pub const NGINX_STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.
 /// `*_temp_path`s into the prefix, or nginx writes outside the temporary
 /// directory.
 pub struct Nginx {
-    process: PeerProcess,
+    process: ChildProcess,
     binary: PathBuf,
     config: PathBuf,
     listen: Vec<SocketAddr>,
@@ -72,7 +72,10 @@ impl Nginx {
         nginx_args.check(&binary).await?;
         let mut command = Command::new(&binary);
         command.args(nginx_args.args());
-        let process = PeerProcess::spawn(command, dir, "error.log")?;
+        let process = Launcher::new(command)
+            .dir(dir)
+            .log_name("error.log")
+            .spawn()?;
         let mut nginx = Nginx {
             process,
             binary,

@@ -69,17 +69,21 @@ pub(crate) fn parse_listen_addr(text: &str) -> Option<SocketAddr> {
         Some(port) => format!("0.0.0.0:{port}"),
         None => text.to_owned(),
     };
-    // The one authority parser; an IP host displays as a socket address.
-    let address = apiway_client::Address::parse(&text).ok()?;
-    let ip = match address.to_string().parse::<SocketAddr>() {
-        Ok(sa) if sa.is_ipv4() && sa.ip().is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        Ok(sa) if sa.ip().is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        Ok(sa) => sa.ip(),
-        // A host name: only `localhost` is one a test can connect to.
-        Err(_) if address.to_string() == format!("localhost:{}", address.port) => {
+    // The one authority parser.
+    let address = apiway_core::endpoint::Address::parse(&text).ok()?;
+    let ip = match address.host {
+        apiway_core::endpoint::Host::Ip(ip) if ip.is_unspecified() && ip.is_ipv4() => {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
         }
-        Err(_) => return None,
+        apiway_core::endpoint::Host::Ip(ip) if ip.is_unspecified() => {
+            IpAddr::V6(Ipv6Addr::LOCALHOST)
+        }
+        apiway_core::endpoint::Host::Ip(ip) => ip,
+        // A host name: only `localhost` is one a test can connect to.
+        apiway_core::endpoint::Host::Name(name) if name == "localhost" => {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        }
+        apiway_core::endpoint::Host::Name(_) => return None,
     };
     Some(SocketAddr::new(ip, address.port))
 }

@@ -4,15 +4,13 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use rustix::process::Signal;
-use tokio::time::Instant;
 
-use super::process::{log_tail, PeerProcess};
-use crate::pki::{Ca, Issued};
+use crate::process::{command_in, ChildProcess, Launcher};
+use apiway_standin::pki::{Ca, Issued};
 
 /// How long the stand-in gets to start serving.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -20,7 +18,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// A running `apiway standin`, optionally inside a network namespace
 /// (`ip netns exec NS`); killed on drop.
 pub struct StandinProcess {
-    process: PeerProcess,
+    process: ChildProcess,
     name: String,
     addr: SocketAddr,
 }
@@ -37,8 +35,8 @@ impl std::fmt::Debug for StandinProcess {
 
 impl StandinProcess {
     /// Starts `apiway standin --name NAME --listen ADDR` (port 0 picks one)
-    /// with `cert`, inside `netns` when given, and waits until it logs its
-    /// bound address.
+    /// with `cert`, inside `netns` when given, and waits until its ready file
+    /// reports the bound address.
     pub async fn start(
         apiway: &Path,
         name: &str,
@@ -86,14 +84,7 @@ impl StandinProcess {
             }
             None => None,
         };
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns]).arg(apiway);
-                c
-            }
-            None => Command::new(apiway),
-        };
+        let mut command = command_in(netns, apiway);
         command
             .arg("standin")
             .arg("--name")
@@ -112,29 +103,18 @@ impl StandinProcess {
             .args(extra_args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info");
-        let mut process = PeerProcess::spawn(command, dir, "standin.log")?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        let addr = loop {
-            process.ensure_running()?;
-            let log = std::fs::read_to_string(process.log_path()).unwrap_or_default();
-            let found = log
-                .lines()
-                .filter(|l| l.contains("stand-in API server serving"))
-                .find_map(|l| {
-                    l.split_whitespace()
-                        .find_map(|w| w.strip_prefix("addr=")?.parse::<SocketAddr>().ok())
-                });
-            if let Some(addr) = found {
-                break addr;
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "stand-in {name} did not start within {START_TIMEOUT:?}; log:\n{}",
-                    log_tail(process.log_path())
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let mut process = Launcher::new(command)
+            .dir(dir)
+            .log_name("standin.log")
+            .ready_file()
+            .spawn()?;
+        let report = process
+            .wait_for_ready_file(START_TIMEOUT)
+            .await
+            .with_context(|| format!("starting stand-in {name}"))?;
+        let addr = report
+            .listener("https")
+            .ok_or_else(|| anyhow!("stand-in {name} reported no https listener: {report:?}"))?;
         Ok(StandinProcess {
             process,
             name: name.to_owned(),

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use apiway_test_support::pki::{Ca, Issued};
-use apiway_test_support::{StandinConfig, StandinServer};
+use apiway_standin::pki::{Ca, Issued};
+use apiway_standin::{StandinConfig, StandinServer};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -82,10 +82,10 @@ pub async fn https(
     path: &str,
     pki: &Pki,
     http2: bool,
-) -> Result<apiway_test_support::Response> {
+) -> Result<apiway_standin::Response> {
     tokio::time::timeout(
         Duration::from_secs(5),
-        apiway_test_support::https_get(addr, sni, path, &pki.ca, None, http2),
+        apiway_standin::https_get(addr, sni, path, &pki.ca, None, http2),
     )
     .await
     .with_context(|| format!("GET https://{sni}{path} via {addr} timed out"))?

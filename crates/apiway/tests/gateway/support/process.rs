@@ -1,38 +1,41 @@
 //! The real `apiway gateway` binary as a child process: its config file in a
-//! temporary directory, its log captured line by line, its bound addresses
-//! read from that log, killed on drop.
+//! temporary directory, launched by test-support's one launcher, its bound
+//! addresses read from its ready file (`--ready-file`), killed on drop.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use rustix::process::{kill_process, Pid, Signal};
-use tempfile::TempDir;
+use anyhow::{bail, Context, Result};
+use apiway_test_support::process::{command_in, ChildProcess, Launcher, ReadyReport};
+use rustix::process::Signal;
 
 use super::metrics::Metrics;
 
 /// The binary under test.
 pub const APIWAY: &str = env!("CARGO_BIN_EXE_apiway");
 
-/// How long the gateway gets to bind its listeners and admin endpoint.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a role gets to bind its listeners and admin endpoint.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Launches an `apiway ROLE` command with its files in `dir`: plain-text
+/// logs at the default level, `--ready-file`, its log printed when dropped
+/// (test output is shown only for failing tests, and the log then helps).
+pub fn launch_in(mut command: Command, dir: tempfile::TempDir) -> Result<ChildProcess> {
+    command.env("NO_COLOR", "1").env_remove("RUST_LOG");
+    Launcher::new(command)
+        .dir(dir)
+        .log_name("apiway.log")
+        .ready_file()
+        .echo_log_on_drop()
+        .spawn()
+}
 
 /// A running `apiway gateway --config FILE`.
-///
-/// Every config must have an `admin:` section: its "admin endpoint" log line
-/// comes after every listener is bound, which is how [`start`](Self::start)
-/// knows the gateway is up and learns the addresses (configs use port 0).
 pub struct GatewayProcess {
-    process: LoggedChild,
-    config: PathBuf,
-    admin: SocketAddr,
-    listeners: Vec<(String, SocketAddr)>,
-    // Last, so the directory outlives the process.
-    dir: TempDir,
+    process: ChildProcess,
+    config: std::path::PathBuf,
+    report: ReadyReport,
 }
 
 impl GatewayProcess {
@@ -50,49 +53,22 @@ impl GatewayProcess {
             .context("creating a temporary directory")?;
         let config = dir.path().join("gateway.yaml");
         std::fs::write(&config, config_yaml)?;
-        let mut command = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, APIWAY]);
-                c
-            }
-            None => Command::new(APIWAY),
-        };
+        let mut command = command_in(netns, APIWAY);
         command.arg("gateway").arg("--config").arg(&config);
-        let mut gateway = GatewayProcess {
-            process: LoggedChild::spawn(command, "gateway")?,
+        let mut process = launch_in(command, dir)?;
+        let report = process.wait_for_ready_file(START_TIMEOUT).await?;
+        Ok(GatewayProcess {
+            process,
             config,
-            admin: SocketAddr::from(([0, 0, 0, 0], 0)),
-            listeners: Vec::new(),
-            dir,
-        };
-        let admin_line = gateway
-            .wait_for_log("the admin endpoint log line", START_TIMEOUT, |l| {
-                l.contains("admin endpoint")
-            })
-            .await?;
-        gateway.admin = field(&admin_line, "address")
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| anyhow!("no address in {admin_line:?}"))?;
-        for line in gateway.log_lines() {
-            if line.contains(" listening ") {
-                if let (Some(name), Some(addr)) =
-                    (field(&line, "listener"), field(&line, "address"))
-                {
-                    gateway.listeners.push((name.to_string(), addr.parse()?));
-                }
-            }
-        }
-        Ok(gateway)
+            report,
+        })
     }
 
     /// The bound address of listener `name`.
     pub fn listener(&self, name: &str) -> SocketAddr {
-        self.listeners
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| *a)
-            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.listeners))
+        self.report
+            .listener(name)
+            .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.report.listeners))
     }
 
     /// The bound address of the listener named `public`.
@@ -100,15 +76,17 @@ impl GatewayProcess {
         self.listener("public")
     }
 
-    /// The admin endpoint's bound address.
+    /// The admin endpoint's bound address (every test config has one).
     pub fn admin(&self) -> SocketAddr {
-        self.admin
+        self.report
+            .admin
+            .unwrap_or_else(|| panic!("no admin endpoint in {:?}", self.report))
     }
 
     /// Replaces the config file the way Kubernetes updates a mounted
     /// ConfigMap: a new file renamed over the old one.
     pub fn write_config(&self, config_yaml: &str) -> Result<()> {
-        let next = self.dir.path().join("gateway.yaml.next");
+        let next = self.process.dir().join("gateway.yaml.next");
         std::fs::write(&next, config_yaml)?;
         std::fs::rename(&next, &self.config)?;
         Ok(())
@@ -195,162 +173,5 @@ impl GatewayProcess {
         self.wait_metric(name, labels, Duration::from_secs(5), |v| v == expected)
             .await
             .map(drop)
-    }
-}
-
-/// A child `apiway ROLE` process whose stderr is captured line by line;
-/// killed on drop, when its log is printed (test output is shown only for
-/// failing tests, and the log then helps).
-pub struct LoggedChild {
-    child: Child,
-    role: &'static str,
-    log: Arc<Mutex<Vec<String>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl LoggedChild {
-    /// Spawns `command` with stdin and stdout closed, plain-text logs at
-    /// the default level, and stderr captured.
-    pub fn spawn(mut command: Command, role: &'static str) -> Result<LoggedChild> {
-        let mut child = command
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("starting apiway {role}"))?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let reader = child.stderr.take().map(|stderr| {
-            let sink = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines() {
-                    let Ok(line) = line else { break };
-                    lock(&sink).push(line);
-                }
-            })
-        });
-        Ok(LoggedChild {
-            child,
-            role,
-            log,
-            reader,
-        })
-    }
-
-    /// Every stderr line so far.
-    pub fn log_lines(&self) -> Vec<String> {
-        lock(&self.log).clone()
-    }
-
-    /// Waits until the log as a whole satisfies `pred`.
-    pub async fn wait_for_log(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&[String]) -> bool,
-    ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if pred(&lock(&self.log)) {
-                return Ok(());
-            }
-            if let Some(status) = self.child.try_wait()? {
-                self.drain_log();
-                bail!(
-                    "the {} exited ({status}) before {what}; log:\n{}",
-                    self.role,
-                    self.log_lines().join("\n")
-                );
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "no {what} within {timeout:?}; log:\n{}",
-                    self.log_lines().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Waits for one line matching `pred` and returns it.
-    pub async fn wait_for_line(
-        &mut self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&str) -> bool,
-    ) -> Result<String> {
-        self.wait_for_log(what, timeout, |lines| lines.iter().any(|l| pred(l)))
-            .await?;
-        self.log_lines()
-            .into_iter()
-            .find(|l| pred(l))
-            .ok_or_else(|| anyhow!("{what} vanished"))
-    }
-
-    /// Waits for the process to exit; its log is complete then.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                self.drain_log();
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the {} did not exit within {timeout:?}; log:\n{}",
-                    self.role,
-                    self.log_lines().join("\n")
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-
-    /// Sends `signal` to the process.
-    pub fn signal(&self, signal: Signal) -> Result<()> {
-        let pid = i32::try_from(self.child.id())
-            .ok()
-            .and_then(Pid::from_raw)
-            .ok_or_else(|| anyhow!("bad pid"))?;
-        kill_process(pid, signal).with_context(|| format!("signalling the {}", self.role))
-    }
-
-    /// Whether the process is still running.
-    pub fn is_running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Once the process exited: waits for the reader to take the last
-    /// lines from the pipe (it ends at the pipe's end of file).
-    fn drain_log(&mut self) {
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-    }
-}
-
-impl Drop for LoggedChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        eprintln!(
-            "--- apiway {} log ---\n{}",
-            self.role,
-            self.log_lines().join("\n")
-        );
-    }
-}
-
-/// The value of `key=value` in a text log line.
-pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }

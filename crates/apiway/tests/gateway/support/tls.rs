@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use apiway_test_support::pki::{client_config, ALPN_HTTP11};
+use apiway_standin::pki::{client_config, ALPN_HTTP11};
 use rustls::pki_types::ServerName;
 use rustls::ClientConnection;
 

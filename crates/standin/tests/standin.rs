@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use apiway_test_support::pki::{self, Ca, Issued};
-use apiway_test_support::standin::pattern_byte;
-use apiway_test_support::{https_get, serve_forever, StandinConfig, StandinServer};
+use apiway_standin::pki::{self, Ca, Issued};
+use apiway_standin::standin::pattern_byte;
+use apiway_standin::{https_get, serve_forever, StandinConfig, StandinServer};
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -250,14 +250,9 @@ async fn prebuilt_config_client() -> Result<()> {
     let ca = Ca::new("test ca")?;
     let server = standin(&ca, "api-a").await?;
     let config: Arc<rustls::ClientConfig> = pki::client_config(&ca, None, &[pki::ALPN_H2])?;
-    let r = apiway_test_support::https_get_with_config(
-        server.addr(),
-        "api.a.example",
-        "/",
-        config,
-        true,
-    )
-    .await?;
+    let r =
+        apiway_standin::https_get_with_config(server.addr(), "api.a.example", "/", config, true)
+            .await?;
     assert_eq!(r.version, http::Version::HTTP_2);
     // A name the certificate does not cover is refused by the client.
     let wrong = https_get(server.addr(), "api.b.example", "/", &ca, None, false).await;

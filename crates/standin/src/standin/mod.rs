@@ -21,7 +21,7 @@
 //! Every response carries `x-apiway-standin: <name>`, and `Alt-Svc` when
 //! configured ([`StandinAltSvc`]): a fixed value, or what an
 //! [`Advertiser`] lists for the connection's client address, through
-//! `apiway_client`'s `Alt-Svc` layer, so the stand-in advertises the way a
+//! `apiway_advertise`'s `Alt-Svc` layer, so the stand-in advertises the way a
 //! Rust API server using that layer would. [`StandinServer::set_ready`]
 //! also marks the stand-in's own address (if advertised) ready or not, and
 //! the next response shows it.
@@ -41,8 +41,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use apiway_client::advertise::{Advertiser, ClientAddress};
-use apiway_client::Address;
+use apiway_advertise::Address;
+use apiway_advertise::{Advertiser, ClientAddress};
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use hyper::service::{service_fn, Service};

@@ -152,8 +152,8 @@ mod tests {
     use tower_layer::Layer;
 
     use super::*;
-    use crate::advertise::{AdvertisedEndpoint, Reachability, ReachabilityRule};
     use crate::Address;
+    use crate::{AdvertisedEndpoint, Reachability, ReachabilityRule};
 
     fn endpoints(list: &[(&str, bool)]) -> Vec<AdvertisedEndpoint> {
         list.iter()

@@ -10,11 +10,11 @@ use std::process::Output;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability, ReachabilityRule};
-use apiway_client::Address;
+use apiway_advertise::Address;
+use apiway_advertise::{AdvertisedEndpoint, Advertiser, Reachability, ReachabilityRule};
+use apiway_standin::pki::Ca;
+use apiway_standin::{StandinConfig, StandinServer};
 use apiway_test_support::peers::{output_within, require_binary};
-use apiway_test_support::pki::Ca;
-use apiway_test_support::{StandinConfig, StandinServer};
 use tokio::process::Command;
 
 /// What a test needs to talk to one stand-in: the CA file curl and
@@ -263,7 +263,7 @@ async fn a_fixed_value_is_still_sent_as_is() -> Result<()> {
         .with_alt_svc(odd);
     let server = StandinServer::start(config).await?;
     ensure!(server.advertiser().is_none());
-    let response = apiway_test_support::https_get(
+    let response = apiway_standin::https_get(
         server.addr(),
         "kubernetes.default",
         "/version",

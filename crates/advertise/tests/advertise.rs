@@ -11,10 +11,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_client::advertise::{AdvertisedEndpoint, Advertiser, Reachability, ReachabilityRule};
+use apiway_advertise::{AdvertisedEndpoint, Advertiser, Reachability, ReachabilityRule};
 use apiway_client::{Address, Client, ClientConfig};
-use apiway_test_support::pki;
-use apiway_test_support::{Ca, Issued, StandinConfig, StandinServer};
+use apiway_standin::pki;
+use apiway_standin::{Ca, Issued, StandinConfig, StandinServer};
 
 async fn start(
     name: &str,

@@ -1,4 +1,5 @@
-//! The server side: the `Alt-Svc` value an API server (or a proxy in front
+//! Server-side `Alt-Svc` advertising, the counterpart of `apiway-client`:
+//! the `Alt-Svc` value an API server (or a proxy in front
 //! of it) sends so that clients learn its ready endpoints, and a tower
 //! layer that adds it to every response. Rendering is
 //! `apiway_wire::altsvc`'s, through [`alt_svc_value`]; this decides what
@@ -28,10 +29,9 @@
 //! use std::convert::Infallible;
 //! use std::time::Duration;
 //!
-//! use apiway_client::advertise::{
-//!     AdvertisedEndpoint, Advertiser, ClientAddress, Reachability, ReachabilityRule,
+//! use apiway_advertise::{
+//!     Address, AdvertisedEndpoint, Advertiser, ClientAddress, Reachability, ReachabilityRule,
 //! };
-//! use apiway_client::Address;
 //! use http::{Request, Response};
 //! use http_body_util::Full;
 //! use hyper::body::{Bytes, Incoming};
@@ -79,6 +79,9 @@
 //! # }
 //! ```
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 mod layer;
 mod reach;
 
@@ -86,11 +89,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiway_core::endpoint::{Address, Host};
+use apiway_core::endpoint::Host;
 use apiway_wire::altsvc::{AltSvc, Alternative};
 use arc_swap::ArcSwap;
 use http::HeaderValue;
 
+/// The endpoint address type advertised endpoints use (`apiway-core`'s).
+pub use apiway_core::endpoint::Address;
 pub use layer::{AltSvcFuture, AltSvcLayer, AltSvcService};
 pub use reach::{Reachability, ReachabilityRule};
 

@@ -8,10 +8,10 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
-use apiway_test_support::fixture_api::endpoint_slice;
+use apiway_standin::fixture_api::endpoint_slice;
+use apiway_standin::pki::Ca;
+use apiway_standin::{FixtureApi, StandinConfig, StandinServer};
 use apiway_test_support::peers::require_binary;
-use apiway_test_support::pki::Ca;
-use apiway_test_support::{FixtureApi, StandinConfig, StandinServer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -35,7 +35,7 @@ fn pod(name: &str, app: &str) -> Value {
 /// written to `dir`.
 struct Setup {
     api: FixtureApi,
-    _fixture: apiway_test_support::FixtureServer,
+    _fixture: apiway_standin::FixtureServer,
     standin: StandinServer,
     ca_file: std::path::PathBuf,
 }
