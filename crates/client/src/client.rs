@@ -24,7 +24,7 @@ use rustls_pki_types::ServerName;
 
 use crate::config::ClientConfig;
 use crate::connect::{Body, Dialer, Target};
-use crate::discovery::DiscoveryTask;
+use crate::discovery_task::DiscoveryTask;
 use crate::error::{Attempt, Error};
 use crate::learn::{self, Learned};
 use crate::metrics::{

@@ -141,23 +141,6 @@ enum Applied {
     Expired,
 }
 
-/// Starts and stops the background task.
-#[derive(Debug)]
-pub(crate) struct DiscoveryTask {
-    started: std::sync::atomic::AtomicBool,
-    /// Dropped with the client, which ends the task.
-    stop: watch::Sender<()>,
-}
-
-impl DiscoveryTask {
-    pub(crate) fn new() -> Self {
-        DiscoveryTask {
-            started: std::sync::atomic::AtomicBool::new(false),
-            stop: watch::channel(()).0,
-        }
-    }
-}
-
 impl Client {
     /// Lists the `default/kubernetes` EndpointSlices once (through this
     /// client, so it fails over like any request), replaces the discovered

@@ -117,6 +117,7 @@ mod client;
 mod config;
 mod connect;
 pub mod discovery;
+mod discovery_task;
 mod error;
 #[cfg(feature = "kube")]
 mod kube_config;

@@ -29,6 +29,7 @@
 //! [`StandinServer::shutdown`] behaves like a crash: the listening port closes
 //! and every open connection is dropped without a goodbye.
 
+mod body;
 mod pattern;
 mod routes;
 mod upstream;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::header::{HeaderValue, ALT_SVC, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use rustls::ServerConnection;
@@ -19,8 +18,7 @@ use super::Shared;
 
 /// Error type of response bodies: only `/echo` can fail (the client's
 /// request body breaking off).
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub(crate) type Body = BoxBody<Bytes, BoxError>;
+pub(crate) use super::body::{Body, BoxError};
 
 /// Largest `/stream?bytes=N` accepted (1 TiB): enough for any benchmark.
 const MAX_STREAM_BYTES: u64 = 1 << 40;

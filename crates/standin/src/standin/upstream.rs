@@ -13,7 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use super::routes::{Body as ResponseBody, BoxError};
+use super::body::{Body as ResponseBody, BoxError};
 
 /// Whether the stand-in forwards `path` when it has an upstream.
 pub(crate) fn is_api_path(path: &str) -> bool {
