@@ -28,6 +28,8 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
+echo "==> module import cycles"
+python3 scripts/module_cycles.py
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 echo "==> tests"
