@@ -12,6 +12,7 @@ mod support;
 mod agent_support;
 
 mod bind_address;
+mod cli;
 mod connect;
 mod direct;
 mod failover;

@@ -169,6 +169,50 @@ async fn file_change_moves_a_hostname_and_adds_a_route() -> Result<()> {
     Ok(())
 }
 
+/// One reload rule for every role: a file that changes a field that needs a
+/// restart (`admin.address`) is refused whole, with one line naming it, and
+/// nothing else in it is applied; the next good file is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_that_needs_a_restart_refuses_the_whole_file() -> Result<()> {
+    let t = Clusters::start().await?;
+    let mut gateway = GatewayProcess::start(&t.first_config("200ms")).await?;
+    let moved = t.second_config("200ms").replace(
+        "admin: {address: 127.0.0.1:0}",
+        "admin: {address: 127.0.0.2:0}",
+    );
+    gateway.write_config(&moved)?;
+    let line = gateway
+        .wait_for_log("the refused reload", Duration::from_secs(5), |l| {
+            l.contains("config reload rejected") && l.contains("`admin.address` cannot change")
+        })
+        .await?;
+    ensure!(line.contains("restart"), "{line}");
+    ensure!(reloads(&gateway, "error").await? == 1.0);
+    ensure!(reloads(&gateway, "success").await? == 0.0);
+    // Nothing of the refused file was applied: api.b still goes to B,
+    // api.c is still unrouted.
+    expect_routes(
+        &gateway,
+        &t.pki,
+        &[
+            ("api.b.example.com", Some("cluster-b")),
+            ("api.c.example.com", None),
+        ],
+    )
+    .await?;
+    // The same change without the restart-only field is applied.
+    gateway.write_config(&t.second_config("200ms"))?;
+    eventually("the good file applied", Duration::from_secs(5), || async {
+        match who(&gateway, &t.pki, "api.c.example.com").await {
+            Ok(c) if c == "cluster-c" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    ensure!(reloads(&gateway, "success").await? == 1.0);
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_file_keeps_the_running_config_and_logs_one_line() -> Result<()> {
     let t = Clusters::start().await?;

@@ -243,18 +243,8 @@ impl HealthCheck {
 mod tests {
     use super::*;
 
-    fn cfg(yaml_kind: CheckKind) -> HealthCheckConfig {
-        HealthCheckConfig {
-            kind: yaml_kind,
-            path: None,
-            interval: None,
-            timeout: None,
-            rise: None,
-            fall: None,
-            server_name: None,
-            ca_file: None,
-            insecure_skip_verify: false,
-        }
+    fn cfg(kind: CheckKind) -> HealthCheckConfig {
+        HealthCheckConfig::of_kind(kind)
     }
 
     #[test]
