@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use apiway_core::config::sections::socket_addr;
 use apiway_core::config::source::Merge;
 use apiway_core::config::{AdminSection, Common, DrainSection};
 use apiway_core::connector::{TcpConnector, Via};
@@ -519,12 +520,6 @@ fn health_check(
     }
     spec.validate_with(&CheckDefaults::AGENT)
         .map_err(|e| format!("--health-check: {e}"))
-}
-
-fn socket_addr(what: &str, text: &str) -> Result<SocketAddr, String> {
-    text.trim().parse().map_err(|_| {
-        format!("{what}: `{text}` is not an ip:port address (write 10.1.2.3:443 or [fd00::1]:443)")
-    })
 }
 
 #[cfg(test)]

@@ -335,8 +335,16 @@ impl<F: Merge + Clone + Send + 'static> Feeds<F> {
         Ok(())
     }
 
-    /// The fragments merged in source order.
-    fn merged(&self) -> Result<F, String> {
+    /// The fragments merged in source order. With one source its fragment
+    /// is taken as it is: nothing is cloned, and nothing is kept beside the
+    /// snapshot built from it (a 10,000-route file would otherwise live
+    /// twice in memory), since its next fragment replaces it whole.
+    fn merged(&mut self) -> Result<F, String> {
+        if let [only] = self.latest.as_mut_slice() {
+            return only
+                .take()
+                .ok_or_else(|| "no configuration source".to_owned());
+        }
         let mut merged: Option<F> = None;
         for fragment in self.latest.iter().flatten() {
             merged = Some(match merged {
