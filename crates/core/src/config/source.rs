@@ -209,23 +209,29 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
         Box::pin(async move {
             let FileSource { path, decode } = *self;
             let mut out = out;
-            let read = || {
-                let path = path.clone();
-                let decode = decode.clone();
-                async move {
-                    let started = Instant::now();
-                    let text = tokio::fs::read_to_string(&path).await.map_err(|e| {
-                        format!("cannot read the config file {}: {e}", path.display())
-                    });
-                    let fragment = text
-                        .as_deref()
-                        .map_err(Clone::clone)
-                        .and_then(|t| decode(t));
-                    (text.ok(), fragment, started.elapsed())
-                }
+            let cannot =
+                |e: std::io::Error| format!("cannot read the config file {}: {e}", path.display());
+            let decoded = |text: Result<String, String>, started: Instant| {
+                let fragment = text
+                    .as_deref()
+                    .map_err(Clone::clone)
+                    .and_then(|t| decode(t));
+                (text.ok(), fragment, started.elapsed())
+            };
+            let read = || async {
+                let started = Instant::now();
+                decoded(
+                    tokio::fs::read_to_string(&path).await.map_err(cannot),
+                    started,
+                )
             };
             let mut last_stamp = stamp(&path);
-            let (text, fragment, took) = read().await;
+            // The first read is a plain blocking one, as the process starts:
+            // a role whose file never changes then never starts tokio's
+            // blocking-pool thread.
+            let started = Instant::now();
+            let (text, fragment, took) =
+                decoded(std::fs::read_to_string(&path).map_err(cannot), started);
             let mut last_text = text;
             if !out.send(fragment, Trigger::Start, took).await {
                 return;

@@ -165,22 +165,22 @@ impl ConfigFile {
         }
         let mut routes = Vec::with_capacity(self.routes.len());
         for (i, r) in self.routes.into_iter().enumerate() {
-            let at = format!("routes[{i}] ({})", r.name);
+            // Only an error needs the field's path.
+            let at = || format!("routes[{i}] ({})", r.name);
             let hostnames = r
                 .hostnames
-                .iter()
+                .into_iter()
                 .enumerate()
-                .map(|(j, h)| {
-                    HostPattern::parse(h)
-                        .map(|p| Written::new(p, h.as_str()))
-                        .map_err(|e| format!("{at}.hostnames[{j}]: {e}"))
+                .map(|(j, h)| match HostPattern::parse(&h) {
+                    Ok(p) => Ok(Written::new(p, h)),
+                    Err(e) => Err(format!("{}.hostnames[{j}]: {e}", at())),
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let destinations = r
                 .destinations
                 .iter()
                 .enumerate()
-                .map(|(j, d)| socket_addr(&format!("{at}.destinations[{j}]"), d))
+                .map(|(j, d)| socket_addr(&format!("{}.destinations[{j}]", at()), d))
                 .collect::<Result<Vec<_>, _>>()?;
             let connect_authorities = r
                 .connect_authorities
@@ -188,7 +188,7 @@ impl ConfigFile {
                 .enumerate()
                 .map(|(j, a)| {
                     Authority::parse(a).map(|v| Written::new(v, a.as_str())).map_err(|_| {
-                        format!("{at}.connect_authorities[{j}]: `{a}` is not host:port (write api.a.example.com:443, 10.1.2.3:443 or [fd00::1]:443)")
+                        format!("{}.connect_authorities[{j}]: `{a}` is not host:port (write api.a.example.com:443, 10.1.2.3:443 or [fd00::1]:443)", at())
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -198,7 +198,7 @@ impl ConfigFile {
                 .enumerate()
                 .map(|(j, b)| {
                     Address::parse(&b.address)
-                        .map_err(|e| format!("{at}.backends[{j}].address: {e}"))
+                        .map_err(|e| format!("{}.backends[{j}].address: {e}", at()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             routes.push(RouteDef {
