@@ -55,7 +55,7 @@ pub struct SourceEvent<F> {
     pub fragment: Result<F, String>,
     /// What caused it.
     pub trigger: Trigger,
-    /// Time spent reading and decoding it.
+    /// Time spent decoding it.
     pub took: Duration,
 }
 
@@ -211,27 +211,22 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
             let mut out = out;
             let cannot =
                 |e: std::io::Error| format!("cannot read the config file {}: {e}", path.display());
-            let decoded = |text: Result<String, String>, started: Instant| {
+            // `took` counts decoding, not reading: the reload metric is the
+            // time to parse, validate and apply.
+            let decoded = |text: Result<String, String>| {
+                let started = Instant::now();
                 let fragment = text
                     .as_deref()
                     .map_err(Clone::clone)
                     .and_then(|t| decode(t));
                 (text.ok(), fragment, started.elapsed())
             };
-            let read = || async {
-                let started = Instant::now();
-                decoded(
-                    tokio::fs::read_to_string(&path).await.map_err(cannot),
-                    started,
-                )
-            };
+            let read = || async { decoded(tokio::fs::read_to_string(&path).await.map_err(cannot)) };
             let mut last_stamp = stamp(&path);
             // The first read is a plain blocking one, as the process starts:
             // a role whose file never changes then never starts tokio's
             // blocking-pool thread.
-            let started = Instant::now();
-            let (text, fragment, took) =
-                decoded(std::fs::read_to_string(&path).map_err(cannot), started);
+            let (text, fragment, took) = decoded(std::fs::read_to_string(&path).map_err(cannot));
             let mut last_text = text;
             if !out.send(fragment, Trigger::Start, took).await {
                 return;
