@@ -76,50 +76,52 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
     let mut authorities: HashMap<Authority, usize> = HashMap::new();
     let mut route_index = HashMap::with_capacity(spec.routes.len());
     for (i, r) in spec.routes.iter().enumerate() {
-        let at = format!("routes[{i}] ({})", r.name);
+        // Only an error needs the field's path.
+        let at = || format!("routes[{i}] ({})", r.name);
         if r.name.is_empty() {
             return Err(format!("routes[{i}]: name must not be empty"));
         }
         if r.name == "reject" {
-            return Err(format!("{at}: `reject` is reserved for default_route"));
+            return Err(format!("{}: `reject` is reserved for default_route", at()));
         }
         if route_index.insert(r.name.as_str(), i).is_some() {
-            return Err(format!("{at}: the name is used by another route"));
+            return Err(format!("{}: the name is used by another route", at()));
         }
         for (j, h) in r.hostnames.iter().enumerate() {
             if let Err(other) = router.insert(h.value.clone(), i) {
                 return Err(format!(
-                    "{at}.hostnames[{j}]: `{h}` is already routed to {}",
+                    "{}.hostnames[{j}]: `{h}` is already routed to {}",
+                    at(),
                     spec.routes[other].name
                 ));
             }
         }
         for (j, d) in r.destinations.iter().enumerate() {
-            let field = format!("{at}.destinations[{j}]");
             let destination = destination_key(*d);
             if let Some(other) = destinations.insert(destination, i) {
                 return Err(format!(
-                    "{field}: {d} is already routed to {} (a destination may belong to one route only)",
+                    "{}.destinations[{j}]: {d} is already routed to {} (a destination may belong to one route only)",
+                    at(),
                     spec.routes[other].name
                 ));
             }
         }
         for (j, a) in r.connect_authorities.iter().enumerate() {
-            let field = format!("{at}.connect_authorities[{j}]");
             if let Some(other) = authorities.insert(a.value.clone(), i) {
                 return Err(format!(
-                    "{field}: `{a}` is already routed to {} (an authority may belong to one route only)",
+                    "{}.connect_authorities[{j}]: `{a}` is already routed to {} (an authority may belong to one route only)",
+                    at(),
                     spec.routes[other].name
                 ));
             }
         }
         if r.backends.is_empty() {
-            return Err(format!("{at}.backends: at least one backend is needed"));
+            return Err(format!("{}.backends: at least one backend is needed", at()));
         }
         let mut endpoints = Vec::with_capacity(r.backends.len());
         for (j, a) in r.backends.iter().enumerate() {
             if endpoints.contains(a) {
-                return Err(format!("{at}.backends[{j}]: {a} is listed twice"));
+                return Err(format!("{}.backends[{j}]: {a} is listed twice", at()));
             }
             endpoints.push(a.clone());
         }
@@ -128,7 +130,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
             .as_ref()
             .map(|h| {
                 h.validate_with(&CheckDefaults::GATEWAY)
-                    .map_err(|e| format!("{at}.{e}"))
+                    .map_err(|e| format!("{}.{e}", at()))
             })
             .transpose()?
             .flatten();
@@ -137,7 +139,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
             apiway_core::health::Probe::Tcp => None,
         }) {
             apiway_core::tls::load_certs(&ca)
-                .map_err(|e| format!("{at}.health_check.ca_file: {e}"))?;
+                .map_err(|e| format!("{}.health_check.ca_file: {e}", at()))?;
         }
         let ejection = Ejection {
             base: r.ejection_base.unwrap_or(Ejection::default().base),
@@ -145,16 +147,18 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         };
         if ejection.base.is_zero() || ejection.max < ejection.base {
             return Err(format!(
-                "{at}: ejection_base must be > 0 and ejection_max >= ejection_base"
+                "{}: ejection_base must be > 0 and ejection_max >= ejection_base",
+                at()
             ));
         }
         let connect_timeout = r.connect_timeout.unwrap_or(Duration::from_secs(2));
         if connect_timeout.is_zero() {
-            return Err(format!("{at}.connect_timeout must be more than 0"));
+            return Err(format!("{}.connect_timeout must be more than 0", at()));
         }
         if r.idle_timeout.is_some_and(|t| t.is_zero()) {
             return Err(format!(
-                "{at}.idle_timeout must be more than 0 (leave it out for none)"
+                "{}.idle_timeout must be more than 0 (leave it out for none)",
+                at()
             ));
         }
         routes.push(RouteSpec {
