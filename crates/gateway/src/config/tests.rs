@@ -200,3 +200,39 @@ fn new_kinds_check_their_fields() {
     );
     assert!(two("destinations", "10.1.2.3:443", "10.1.2.3:6443").is_ok());
 }
+
+/// Two sources (a file and, later, Kubernetes) merge into one spec: their
+/// routes add up and are validated together; a shared setting may come
+/// from one of them only.
+#[test]
+fn specs_from_two_sources_merge_and_validate_together() {
+    use apiway_core::config::source::Merge;
+    let file = decode(
+        "admin: {address: 127.0.0.1:0}\nlisteners: [{name: l, address: 127.0.0.1:0, kind: tls}]\nroutes:\n  - name: a\n    hostnames: [a.example.com]\n    backends: [{address: 127.0.0.1:7}]\n",
+    )
+    .unwrap();
+    let other = decode(
+        "listeners: []\nroutes:\n  - name: b\n    hostnames: [b.example.com]\n    backends: [{address: 127.0.0.1:8}]\n",
+    )
+    .unwrap();
+    let merged = file.clone().merge(other.clone()).unwrap();
+    let s = validate(merged).unwrap();
+    assert_eq!(s.routes.len(), 2);
+    assert_eq!(s.router.lookup("b.example.com"), Some(1));
+
+    // The same hostname from both: found by the one validation.
+    let clash = decode(
+        "listeners: []\nroutes:\n  - name: c\n    hostnames: [A.example.com]\n    backends: [{address: 127.0.0.1:9}]\n",
+    )
+    .unwrap();
+    assert!(validate(file.clone().merge(clash).unwrap())
+        .unwrap_err()
+        .contains("routes[1] (c).hostnames[0]: `A.example.com` is already routed to a"));
+
+    // A shared setting from two sources that disagree is a conflict.
+    let admin = decode("admin: {address: 127.0.0.1:1}\nlisteners: []\n").unwrap();
+    assert!(file
+        .merge(admin)
+        .unwrap_err()
+        .contains("admin.address is set by two configuration sources"));
+}
