@@ -1,5 +1,5 @@
 //! IP networks in CIDR notation: the gateway's `trusted_sources`, the
-//! client address filters of `apiway_client::advertise`.
+//! client address filters of `apiway_advertise`.
 
 use std::fmt;
 use std::net::IpAddr;
