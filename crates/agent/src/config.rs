@@ -236,19 +236,13 @@ pub struct UpstreamSpec {
     pub mode: UpstreamMode,
     /// Endpoints (`direct`) or gateways, as configured (names unexpanded).
     pub set: EndpointSetSpec,
-    /// Per-endpoint connect timeout.
-    pub connect_timeout: Duration,
-    /// AUTHORITY TLV (`proxy`).
-    pub authority: Option<String>,
-    /// Fixed `CONNECT` target (`connect`).
-    pub connect_authority: Option<String>,
-    /// Time the gateway has to answer `CONNECT`.
-    pub connect_response_timeout: Duration,
     /// Relay settings.
     pub relay: RelayConfig,
     /// Close relayed connections when their endpoint is marked down.
     pub close_on_down: bool,
-    /// How connections reach the upstream (from the mode).
+    /// How connections reach the upstream: the mode with its connect
+    /// timeout, AUTHORITY TLV (`proxy`), or `CONNECT` target and answer
+    /// timeout (`connect`).
     pub connector: TcpConnector,
     /// DNS re-resolution interval.
     pub dns_refresh: Duration,
@@ -419,10 +413,10 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             UpstreamMode::Direct => Via::Direct,
             UpstreamMode::Proxy => Via::ProxyHeader {
                 version: apiway_wire::proxy::Version::V2,
-                authority: authority.clone(),
+                authority,
             },
             UpstreamMode::Connect => Via::HttpConnect {
-                authority: connect_authority.clone(),
+                authority: connect_authority,
                 response_timeout: connect_response_timeout,
             },
         },
@@ -444,10 +438,6 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
                 health_check,
                 ejection: Ejection::default(),
             },
-            connect_timeout,
-            authority,
-            connect_authority,
-            connect_response_timeout,
             relay: RelayConfig {
                 idle_timeout,
                 ..RelayConfig::default()
@@ -583,7 +573,7 @@ mod tests {
         let s = build(file.overlay(f)).unwrap();
         assert_eq!(s.listen.len(), 2);
         assert_eq!(s.upstream.set.endpoints.len(), 2);
-        assert_eq!(s.upstream.connect_timeout, Duration::from_secs(1));
+        assert_eq!(s.upstream.connector.connect_timeout, Duration::from_secs(1));
         let hc = s.upstream.set.health_check.unwrap();
         assert_eq!(hc.interval, Duration::from_millis(500));
         assert_eq!(hc.probe, apiway_core::health::Probe::Tcp);

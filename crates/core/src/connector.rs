@@ -9,6 +9,7 @@
 //! alike. A tunnel stream is one more implementation whose `Output` is not
 //! a `TcpStream`.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -65,15 +66,12 @@ pub trait Connector: Send + Sync {
     /// The connected upstream, ready to relay.
     type Output: Send;
 
-    /// Whether [`Connector::connect`] needs the client's origin: learning
-    /// its destination may cost a system call (`getsockname`) that most
-    /// connections need not pay.
-    fn needs_origin(&self) -> bool;
-
     /// Connects to the best endpoint of `set` (failing over), sends what
     /// this connector puts in front, then `early` (bytes already read from
-    /// the client that belong to the stream). `origin` is called at most
-    /// once, and only when [`Connector::needs_origin`].
+    /// the client that belong to the stream). `origin` is called only by a
+    /// connector that puts the client's addresses in front: learning the
+    /// destination may cost a system call (`getsockname`) that most
+    /// connections need not pay.
     fn connect<'a>(
         &'a self,
         set: &'a EndpointSet,
@@ -125,25 +123,8 @@ pub struct Established {
     pub pending: Vec<u8>,
 }
 
-impl TcpConnector {
-    /// The `CONNECT` target for `origin`.
-    fn authority(fixed: &Option<String>, origin: &Origin) -> String {
-        fixed
-            .clone()
-            .unwrap_or_else(|| origin.destination.to_string())
-    }
-}
-
 impl Connector for TcpConnector {
     type Output = Established;
-
-    fn needs_origin(&self) -> bool {
-        match &self.via {
-            Via::Direct => false,
-            Via::ProxyHeader { .. } => true,
-            Via::HttpConnect { authority, .. } => authority.is_none(),
-        }
-    }
 
     async fn connect<'a>(
         &'a self,
@@ -151,31 +132,30 @@ impl Connector for TcpConnector {
         origin: impl FnOnce() -> Result<Origin, String> + Send + 'a,
         early: &'a [u8],
     ) -> Result<Established, ConnectorError> {
-        let origin = match self.needs_origin() {
-            true => Some(origin().map_err(ConnectorError::Origin)?),
-            false => None,
-        };
-        let (preface, authority) = match (&self.via, origin) {
-            (Via::Direct, _) => (std::borrow::Cow::Borrowed(early), None),
-            (Via::ProxyHeader { version, authority }, Some(origin)) => {
+        let (preface, tunnel) = match &self.via {
+            Via::Direct => (Cow::Borrowed(early), None),
+            Via::ProxyHeader { version, authority } => {
+                let origin = origin().map_err(ConnectorError::Origin)?;
                 let mut bytes = proxy_header(*version, authority.clone(), origin).map_err(|e| {
                     ConnectorError::Preface(format!("cannot render the PROXY header: {e}"))
                 })?;
                 bytes.extend_from_slice(early);
-                (std::borrow::Cow::Owned(bytes), None)
+                (Cow::Owned(bytes), None)
             }
-            (Via::HttpConnect { authority, .. }, origin) => {
-                let authority = match (authority, origin) {
-                    (Some(a), _) => a.clone(),
-                    (None, Some(o)) => Self::authority(&None, &o),
-                    (None, None) => return Err(ConnectorError::Origin("no destination".into())),
+            Via::HttpConnect {
+                authority,
+                response_timeout,
+            } => {
+                let authority = match authority {
+                    Some(a) => a.clone(),
+                    None => origin()
+                        .map_err(ConnectorError::Origin)?
+                        .destination
+                        .to_string(),
                 };
                 let request = connect_response::request(&authority)
                     .map_err(|e| ConnectorError::Preface(format!("CONNECT {authority}: {e}")))?;
-                (std::borrow::Cow::Owned(request), Some(authority))
-            }
-            (Via::ProxyHeader { .. }, None) => {
-                return Err(ConnectorError::Origin("no destination".into()))
+                (Cow::Owned(request), Some((authority, *response_timeout)))
             }
         };
         let mut connected = forward::open(set, self.connect_timeout, &preface)
@@ -185,26 +165,18 @@ impl Connector for TcpConnector {
                 other => ConnectorError::Closed(other),
             })?;
         let mut pending = Vec::new();
-        if let (
-            Via::HttpConnect {
-                response_timeout, ..
-            },
-            Some(authority),
-        ) = (&self.via, authority)
-        {
+        if let Some((authority, response_timeout)) = tunnel {
             let upstream = connected.lease.endpoint().name().to_owned();
             let refused = |reason: String| ConnectorError::Refused {
                 upstream: upstream.clone(),
                 authority: authority.clone(),
                 reason,
             };
-            pending = tokio::time::timeout(
-                *response_timeout,
-                read_connect_answer(&mut connected.stream),
-            )
-            .await
-            .map_err(|_| refused(format!("no answer within {response_timeout:?}")))?
-            .map_err(refused)?;
+            pending =
+                tokio::time::timeout(response_timeout, read_connect_answer(&mut connected.stream))
+                    .await
+                    .map_err(|_| refused(format!("no answer within {response_timeout:?}")))?
+                    .map_err(refused)?;
             if !early.is_empty() {
                 // The tunnel is open: the client's early bytes go
                 // through it now.
@@ -308,25 +280,56 @@ mod tests {
         assert_eq!(h.tlvs.authority.as_deref(), Some("api.a.example.com"));
     }
 
-    #[test]
-    fn only_what_needs_the_destination_asks_for_it() {
+    /// The client's destination (a `getsockname`) is learned only by a
+    /// connector that sends it.
+    #[tokio::test]
+    async fn only_what_sends_the_destination_asks_for_it() {
+        use crate::endpoint::{Address, EndpointSetSpec, Policy};
+        use crate::metrics::BackendMetrics;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let backend = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = backend.local_addr().unwrap();
+        let set = EndpointSet::new(
+            "r",
+            &EndpointSetSpec {
+                endpoints: vec![Address::from(addr)],
+                policy: Policy::RoundRobin,
+                health_check: None,
+                ejection: Default::default(),
+            },
+            BackendMetrics::default(),
+        );
+        let asked = AtomicUsize::new(0);
+        let origin = || {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Ok(Origin {
+                client: "10.0.0.7:5000".parse().unwrap(),
+                destination: "10.1.2.3:443".parse().unwrap(),
+            })
+        };
         let c = |via| TcpConnector {
             via,
             connect_timeout: Duration::from_secs(1),
         };
-        assert!(!c(Via::Direct).needs_origin());
-        assert!(c(Via::ProxyHeader {
+        c(Via::Direct).connect(&set, origin, b"").await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 0);
+        let proxy = c(Via::ProxyHeader {
             version: Version::V2,
-            authority: None
-        })
-        .needs_origin());
-        let connect = |authority| {
-            c(Via::HttpConnect {
-                authority,
-                response_timeout: Duration::from_secs(1),
-            })
-        };
-        assert!(connect(None).needs_origin());
-        assert!(!connect(Some("kubernetes.default.svc:443".into())).needs_origin());
+            authority: None,
+        });
+        proxy.connect(&set, origin, b"").await.unwrap();
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        // A fixed CONNECT target needs no destination; the answer never
+        // comes, so the connect is refused after its timeout.
+        let fixed = c(Via::HttpConnect {
+            authority: Some("kubernetes.default.svc:443".into()),
+            response_timeout: Duration::from_millis(50),
+        });
+        assert!(matches!(
+            fixed.connect(&set, origin, b"").await,
+            Err(ConnectorError::Refused { .. })
+        ));
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        drop(backend);
     }
 }

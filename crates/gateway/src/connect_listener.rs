@@ -20,7 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use crate::forward::{self, Origin, Prepared};
+use crate::forward::{self, Prepared};
 use crate::listener_state::ListenerState;
 use crate::route::RouteTable;
 
@@ -77,7 +77,7 @@ pub(crate) async fn prepare(
     };
     tracing::debug!(%peer, authority = %request.authority, route = route.name(), "tunnel");
     let rest = buf.get(consumed..).unwrap_or_default();
-    let origin = || Origin::of(&client, peer, listen);
+    let origin = || forward::origin_of(&client, peer, listen);
     let connected = match forward::open(&route, peer, origin, rest).await {
         Ok(connected) => connected,
         Err(_) => {

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use apiway_core::connector::{Connector, ConnectorError};
+use apiway_core::connector::{Connector, ConnectorError, Origin};
 use apiway_core::dial::Connected;
 use apiway_core::forward::Relaying;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,24 +34,12 @@ pub(crate) fn prepared(client: TcpStream, connected: Connected, route: &Route) -
     )
 }
 
-/// The endpoints of the client's connection as a backend should learn them
-/// from a PROXY header: the client as far out as trusted senders vouched
-/// for it, and the address it connected to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Origin {
-    /// The client.
-    pub(crate) client: SocketAddr,
-    /// Where the client connected to.
-    pub(crate) destination: SocketAddr,
-}
-
-impl Origin {
-    /// The real endpoints of an accepted socket.
-    pub(crate) fn of(stream: &TcpStream, peer: SocketAddr, listen: SocketAddr) -> Origin {
-        Origin {
-            client: peer,
-            destination: stream.local_addr().unwrap_or(listen),
-        }
+/// The real endpoints of an accepted socket, as a backend should learn
+/// them when no trusted sender vouched for others.
+pub(crate) fn origin_of(stream: &TcpStream, peer: SocketAddr, listen: SocketAddr) -> Origin {
+    Origin {
+        client: peer,
+        destination: stream.local_addr().unwrap_or(listen),
     }
 }
 
@@ -77,14 +65,11 @@ pub(crate) async fn open(
     replay: &[u8],
 ) -> Result<Connected, OpenFailure> {
     route.routed.inc();
-    let origin = || {
-        let o = origin();
-        Ok(apiway_core::connector::Origin {
-            client: o.client,
-            destination: o.destination,
-        })
-    };
-    match route.connector.connect(&route.set, origin, replay).await {
+    match route
+        .connector
+        .connect(&route.set, || Ok(origin()), replay)
+        .await
+    {
         Ok(established) => Ok(established.connected),
         Err(ConnectorError::Unavailable(e)) => {
             tracing::warn!(%peer, route = route.name(), "closing client: {e}");

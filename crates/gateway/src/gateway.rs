@@ -34,8 +34,6 @@ pub struct Gateway {
     routes: Arc<RouteTable>,
     factory: RouteFactory,
     listeners: Mutex<Vec<RunningListener>>,
-    /// Serializes `apply`.
-    applying: Mutex<()>,
     drain: Drain,
     stop: CancellationToken,
 }
@@ -70,7 +68,6 @@ impl Role for Gateway {
                 stop: context.stop.child_token(),
             },
             listeners: Mutex::new(Vec::new()),
-            applying: Mutex::new(()),
             drain: context.drain.clone(),
             stop: context.stop.clone(),
         });
@@ -132,8 +129,6 @@ impl Gateway {
     /// cannot be bound nothing changes. Established connections are never
     /// touched: they keep the backend they have.
     fn apply_snapshot(self: &Arc<Self>, mut snapshot: Snapshot) -> Result<(), String> {
-        let _serial = lock(&self.applying);
-
         // 1. Bind what is new, before changing anything.
         let mut fresh = Vec::new();
         {

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 
 use crate::cidr::TrustedSources;
 use crate::config::ProxyProtocolMode;
-use crate::forward::Origin;
 use crate::listener_state::ListenerState;
+use apiway_core::connector::Origin;
 
 /// What the headers at the start of a connection said.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl Headers {
                 client,
                 destination,
             },
-            None => Origin::of(stream, peer, listen),
+            None => crate::forward::origin_of(stream, peer, listen),
         }
     }
 }

@@ -70,6 +70,8 @@ pub trait Role: Send + Sync + Sized + 'static {
     ) -> anyhow::Result<Arc<Self>>;
 
     /// Applies a new snapshot; an error leaves the running one in place.
+    /// The runtime never calls it twice at once ([`Running::apply`] holds a
+    /// lock), so a role needs no lock of its own for that.
     fn apply(self: &Arc<Self>, snapshot: Self::Snapshot) -> Result<(), String>;
 
     /// Every listener's name and bound address.
