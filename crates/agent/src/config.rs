@@ -285,8 +285,12 @@ pub fn parse_file(text: &str) -> Result<AgentSettings, String> {
 /// Validates settings (the file with the flags over it). The error is one
 /// line naming the flag or field and the fix.
 pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
-    let common = Common::validate(&file.admin, &file.drain, file.reload_interval)
-        .map_err(|e| e.replace("admin.address:", "--admin / admin.address:"))?;
+    let common = Common::validate(
+        &file.admin,
+        "--admin / admin.address",
+        &file.drain,
+        file.reload_interval,
+    )?;
 
     let mut listen = Vec::new();
     for text in &file.listen {

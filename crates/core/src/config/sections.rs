@@ -29,11 +29,13 @@ impl AdminSection {
         }
     }
 
-    /// The validated address; the error names `admin.address`.
-    pub fn validate(&self) -> Result<Option<SocketAddr>, String> {
+    /// The validated address; the error names the field as `field` (how
+    /// the role's users write it: `admin.address`, or `--admin /
+    /// admin.address` where a flag sets it too).
+    pub fn validate(&self, field: &str) -> Result<Option<SocketAddr>, String> {
         self.address
             .as_deref()
-            .map(|a| socket_addr("admin.address", a))
+            .map(|a| socket_addr(field, a))
             .transpose()
     }
 }
@@ -98,9 +100,11 @@ impl Default for Common {
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
 
 impl Common {
-    /// Validates the shared sections; errors name the field and the fix.
+    /// Validates the shared sections; errors name the field (the admin
+    /// address as `admin_field`) and the fix.
     pub fn validate(
         admin: &AdminSection,
+        admin_field: &str,
         drain: &DrainSection,
         reload_interval: Option<Duration>,
     ) -> Result<Common, String> {
@@ -109,7 +113,7 @@ impl Common {
             return Err("reload_interval must be at least 100ms".into());
         }
         Ok(Common {
-            admin: admin.validate()?,
+            admin: admin.validate(admin_field)?,
             drain: drain.timing(),
             reload_interval,
         })
@@ -132,14 +136,17 @@ mod tests {
     fn one_shape_for_file_and_flags() {
         let file: AdminSection = crate::config_text::deserialize("address: 127.0.0.1:9\n").unwrap();
         assert_eq!(
-            file.validate().unwrap(),
+            file.validate("admin.address").unwrap(),
             Some("127.0.0.1:9".parse().unwrap())
         );
         let flags = AdminSection {
             address: Some("127.0.0.1:10".into()),
         };
         assert_eq!(
-            file.clone().overlay(flags).validate().unwrap(),
+            file.clone()
+                .overlay(flags)
+                .validate("admin.address")
+                .unwrap(),
             Some("127.0.0.1:10".parse().unwrap())
         );
         assert_eq!(file.clone().overlay(AdminSection::default()), file);
@@ -147,7 +154,7 @@ mod tests {
             address: Some("nowhere".into()),
         };
         assert!(bad
-            .validate()
+            .validate("admin.address")
             .unwrap_err()
             .starts_with("admin.address: `nowhere` is not an ip:port"));
     }
@@ -167,6 +174,7 @@ mod tests {
         assert_eq!(DrainSection::default().timing(), DrainTiming::default());
         assert!(Common::validate(
             &AdminSection::default(),
+            "admin.address",
             &d,
             Some(Duration::from_millis(10))
         )

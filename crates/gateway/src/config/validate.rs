@@ -20,7 +20,12 @@ use crate::router::SniRouter;
 /// route per hostname, destination and authority, the rules of each
 /// listener kind, limits) and the defaults.
 pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
-    let common = Common::validate(&spec.admin, &spec.drain, spec.reload_interval)?;
+    let common = Common::validate(
+        &spec.admin,
+        "admin.address",
+        &spec.drain,
+        spec.reload_interval,
+    )?;
 
     if spec.listeners.is_empty() {
         return Err("listeners: at least one listener is needed".into());
