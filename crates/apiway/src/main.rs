@@ -164,6 +164,10 @@ struct RunArgs {
     /// [default: none].
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
+    /// Node awareness and Kubernetes access (`--node-name`, `--kubeconfig`,
+    /// `--drain-on-taint`).
+    #[command(flatten)]
+    kube: apiway_core::config::KubernetesArgs,
 }
 
 /// `apiway agent` flags; see `apiway agent --help`.

@@ -16,7 +16,7 @@
 pub mod sections;
 pub mod source;
 
-pub use sections::{AdminSection, Common, DrainSection};
+pub use sections::{AdminSection, Common, DrainSection, KubernetesArgs};
 pub use source::{FileSource, Merge, Source, SourceEvent, SourceSender, StaticSource};
 
 /// A typed value with the text it was written as, so that an error found

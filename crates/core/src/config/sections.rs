@@ -74,6 +74,26 @@ impl DrainSection {
     }
 }
 
+/// Where a role finds Kubernetes and which Node it runs on. Flags only
+/// (shared by every long-running role), since none of it can change while
+/// the role runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct KubernetesArgs {
+    /// The Node this process runs on: with it, /healthz fails while the
+    /// Node is being deleted or tainted for scale-down (KEP-3836)
+    /// [default: none: node-unaware].
+    #[arg(long = "node-name", env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+    /// kubeconfig for reaching the Kubernetes API [default: in-cluster].
+    #[arg(long = "kubeconfig", value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Also fail /healthz while the Node has a taint with this key, as for
+    /// `ToBeDeletedByClusterAutoscaler` (repeatable; e.g.
+    /// `karpenter.sh/disrupted`).
+    #[arg(long = "drain-on-taint", value_name = "KEY")]
+    pub drain_on_taint: Vec<String>,
+}
+
 /// The validated shared part of every role's snapshot: what the runtime
 /// itself reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
