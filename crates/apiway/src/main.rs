@@ -90,6 +90,19 @@ enum Role {
         /// answers; without it those paths get the stand-in's JSON report.
         #[arg(long)]
         api_upstream: Option<String>,
+        /// Serve an in-memory Kubernetes API behind the stand-in (the
+        /// fixture API: Namespaces, Nodes, Services, EndpointSlices, Events,
+        /// Leases, TokenReviews, Gateway API kinds; list, watch, patch),
+        /// for trying the Kubernetes modes with kubectl.
+        #[arg(long, conflicts_with = "api_upstream")]
+        kubernetes_api: bool,
+        /// With --kubernetes-api: the bearer tokens it knows, in
+        /// kube-apiserver's token file format (`token,user,uid,"groups"`
+        /// plus an optional `"audiences"` column); requests then need one
+        /// of them or a client certificate [default: every request is let
+        /// in].
+        #[arg(long, value_name = "FILE", requires = "kubernetes_api")]
+        token_file: Option<PathBuf>,
         #[command(flatten)]
         advertise: AdvertiseArgs,
         /// Write a JSON file with the pid, the admin address and every
@@ -275,6 +288,8 @@ fn main() -> std::process::ExitCode {
                 client_ca,
                 alt_svc,
                 api_upstream,
+                kubernetes_api,
+                token_file,
                 advertise,
                 ready_file,
             } => {
@@ -289,6 +304,24 @@ fn main() -> std::process::ExitCode {
                     config = config.with_alt_svc(value);
                 }
                 config.api_upstream = api_upstream;
+                // The in-memory API, served on loopback for the stand-in
+                // in front (which adds TLS, HTTP/2 and client certificates).
+                let fixture = if kubernetes_api {
+                    let api = apiway_standin::fixture_api::FixtureApi::new();
+                    if let Some(path) = &token_file {
+                        let text = std::fs::read_to_string(path).map_err(|e| {
+                            anyhow::anyhow!("--token-file {}: {e}", path.display())
+                        })?;
+                        let tokens = apiway_standin::fixture_api::tokens::parse_token_file(&text)
+                            .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))?;
+                        api.set_tokens(tokens);
+                    }
+                    let server = api.serve(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+                    config.api_upstream = Some(server.url());
+                    Some(server)
+                } else {
+                    None
+                };
                 if let Some(advertiser) = advertise.advertiser() {
                     config = config.with_advertiser(advertiser);
                 }
@@ -297,10 +330,15 @@ fn main() -> std::process::ExitCode {
                 if let Some(path) = ready_file {
                     let mut report = apiway_core::ready::ReadyReport::for_this_process();
                     report.listeners.insert("https".to_owned(), server.addr());
+                    if let Some(fixture) = &fixture {
+                        report
+                            .listeners
+                            .insert("kubernetes-api-http".to_owned(), fixture.addr());
+                    }
                     report.write(&path)?;
                 }
                 std::future::pending::<()>().await;
-                drop(server);
+                drop((server, fixture));
                 Ok(())
             }
         }

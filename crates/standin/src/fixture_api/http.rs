@@ -23,7 +23,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::{ApiError, FixtureApi, Resource, Selector, RESOURCES};
+use super::{
+    ApiError, FixtureApi, PatchKind, Resource, Scope, Selector, Write, REMOTE_USER, RESOURCES,
+};
 
 /// Response bodies: whole JSON documents or a watch's event stream.
 type ResponseBody = BoxBody<Bytes, Infallible>;
@@ -130,6 +132,7 @@ impl FixtureApi {
     }
 
     async fn route(&self, req: Request<Incoming>) -> Result<Response<ResponseBody>, ApiError> {
+        self.authenticate(req.headers())?;
         let path = req.uri().path().to_owned();
         let query = Query::parse(req.uri().query().unwrap_or(""));
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
@@ -150,45 +153,105 @@ impl FixtureApi {
                 .map(|doc| ok(&doc))
                 .ok_or_else(|| not_found_path(&path));
         }
-        let (namespace, plural, name) = match rest {
-            ["namespaces", ns, plural] => (Some(*ns), *plural, None),
-            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
-            [plural] => (None, *plural, None),
-            [plural, name] => (None, *plural, Some(*name)),
+        let (namespace, plural, name, sub) = match rest {
+            // A Namespace's own subresource, before the namespaced forms.
+            ["namespaces", name, "status"] => (None, "namespaces", Some(*name), Some("status")),
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None, None),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name), None),
+            ["namespaces", ns, plural, name, sub] => (Some(*ns), *plural, Some(*name), Some(*sub)),
+            [plural] => (None, *plural, None, None),
+            [plural, name] => (None, *plural, Some(*name), None),
+            [plural, name, sub] => (None, *plural, Some(*name), Some(*sub)),
             _ => return Err(not_found_path(&path)),
         };
         let res = super::resource(group, version, plural).ok_or_else(|| not_found_path(&path))?;
         if !res.namespaced && namespace.is_some() {
             return Err(not_found_path(&path));
         }
+        let status = match sub {
+            None => false,
+            Some("status") if res.status => true,
+            Some(_) => return Err(not_found_path(&path)),
+        };
+        let scope = match (res.status, status) {
+            (false, _) => Scope::Whole,
+            (true, false) => Scope::Main,
+            (true, true) => Scope::Status,
+        };
         let namespace_key = namespace.unwrap_or("");
         match (req.method().clone(), name) {
+            (Method::POST, None) if res.plural == "tokenreviews" => {
+                let review = body_object(req, res, None, None).await?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &self.token_review(review),
+                ))
+            }
+            (_, _) if res.plural == "tokenreviews" => Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "TokenReviews are created with POST only",
+            )),
             (Method::GET, None) if query.watch => self.watch(res, namespace, &query),
             (Method::GET, None) => {
                 self.shared.lists.fetch_add(1, Ordering::SeqCst);
                 let (labels, fields) = query.selectors()?;
                 let (items, revision) = self.list(res, namespace, &labels, &fields);
+                let page = Page::cut(items, revision, &query)?;
+                let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+                if let Some(token) = &page.next {
+                    metadata["continue"] = json!(token);
+                    metadata["remainingItemCount"] = json!(page.remaining);
+                }
                 Ok(ok(&json!({
                     "kind": format!("{}List", res.kind),
                     "apiVersion": res.api_version(),
-                    "metadata": {"resourceVersion": revision.to_string()},
-                    "items": items,
+                    "metadata": metadata,
+                    "items": page.items,
                 })))
             }
             (Method::GET, Some(name)) => self
-                .get(res.plural, namespace_key, name)
-                .map(|o| ok(&o))
+                .store()
+                .objects
+                .get(&super::key(res, namespace_key, name))
+                .map(ok)
                 .ok_or_else(|| ApiError::not_found(res, name)),
             (Method::POST, None) => {
                 let object = body_object(req, res, namespace, None).await?;
-                let created = self.create(object)?;
+                let scope = if scope == Scope::Whole {
+                    scope
+                } else {
+                    Scope::Main
+                };
+                let created = self.write_in(object, Write::Create, scope, Some(res))?;
                 Ok(json_response(StatusCode::CREATED, &created))
             }
             (Method::PUT, Some(name)) => {
                 let object = body_object(req, res, namespace, Some(name)).await?;
-                self.replace(object).map(|o| ok(&o))
+                self.write_in(object, Write::Replace, scope, Some(res))
+                    .map(|o| ok(&o))
             }
-            (Method::DELETE, Some(name)) => {
+            (Method::PATCH, Some(name)) => {
+                let content_type = req
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_owned();
+                let kind = PatchKind::from_content_type(&content_type).ok_or_else(|| {
+                    ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        format!(
+                            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type:?})"
+                        ),
+                    )
+                })?;
+                let body = read_body(req).await?;
+                self.patch(res, namespace_key, name, kind, &body, status)
+                    .map(|o| ok(&o))
+            }
+            (Method::DELETE, Some(name)) if !status => {
                 self.delete_in(res, namespace_key, name).map(|o| ok(&o))
             }
             (method, _) => Err(ApiError::new(
@@ -197,6 +260,42 @@ impl FixtureApi {
                 format!("{method} is not supported on {path}"),
             )),
         }
+    }
+
+    /// Lets the request in, or answers `401`: see [`FixtureApi::set_tokens`].
+    fn authenticate(&self, headers: &http::HeaderMap) -> Result<(), ApiError> {
+        let tokens = self.tokens();
+        if tokens.is_empty() || headers.contains_key(REMOTE_USER) {
+            return Ok(());
+        }
+        let bearer = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        match bearer {
+            Some(token) if tokens.iter().any(|t| t.token == token) => Ok(()),
+            _ => Err(ApiError::new(401, "Unauthorized", "Unauthorized")),
+        }
+    }
+
+    /// The answer to a `TokenReview`: the review with its `status`.
+    fn token_review(&self, mut review: Value) -> Value {
+        let token = review["spec"]["token"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let audiences: Vec<String> = review["spec"]["audiences"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        review["status"] = super::tokens::review(&self.tokens(), &token, &audiences);
+        review
     }
 
     fn watch(
@@ -383,6 +482,8 @@ struct Query {
     timeout_seconds: Option<u64>,
     label_selector: String,
     field_selector: String,
+    limit: Option<usize>,
+    continue_token: Option<String>,
 }
 
 impl Query {
@@ -398,6 +499,8 @@ impl Query {
                 "timeoutSeconds" => out.timeout_seconds = value.parse().ok(),
                 "labelSelector" => out.label_selector = value,
                 "fieldSelector" => out.field_selector = value,
+                "limit" => out.limit = value.parse().ok(),
+                "continue" => out.continue_token = Some(value),
                 _ => {}
             }
         }
@@ -439,6 +542,73 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The request body, at most [`MAX_BODY`] bytes.
+async fn read_body(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    Ok(Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?
+        .to_bytes())
+}
+
+/// One page of a list: `limit` items after the `continue` token's
+/// position. Unlike the real API server, later pages show the objects as
+/// they are now (not as of the first page's revision), though they carry
+/// the first page's `resourceVersion`.
+struct Page {
+    items: Vec<Value>,
+    revision: u64,
+    next: Option<String>,
+    remaining: usize,
+}
+
+impl Page {
+    fn cut(items: Vec<Value>, revision: u64, query: &Query) -> Result<Page, ApiError> {
+        let position = |o: &Value| {
+            (
+                o["metadata"]["namespace"].as_str().unwrap_or("").to_owned(),
+                o["metadata"]["name"].as_str().unwrap_or("").to_owned(),
+            )
+        };
+        let (revision, after) = match query.continue_token.as_deref() {
+            None | Some("") => (revision, None),
+            Some(token) => {
+                let bad = || ApiError::bad_request(format!("invalid continue token {token:?}"));
+                let mut parts = token.splitn(3, '|');
+                let rv = parts
+                    .next()
+                    .and_then(|r| r.parse::<u64>().ok())
+                    .ok_or_else(bad)?;
+                let ns = parts.next().ok_or_else(bad)?.to_owned();
+                let name = parts.next().ok_or_else(bad)?.to_owned();
+                (rv, Some((ns, name)))
+            }
+        };
+        let mut rest: Vec<Value> = match &after {
+            None => items,
+            Some(after) => items.into_iter().filter(|o| position(o) > *after).collect(),
+        };
+        let limit = query.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        if rest.len() <= limit {
+            return Ok(Page {
+                items: rest,
+                revision,
+                next: None,
+                remaining: 0,
+            });
+        }
+        let remaining = rest.len() - limit;
+        rest.truncate(limit);
+        let (ns, name) = rest.last().map(position).unwrap_or_default();
+        Ok(Page {
+            items: rest,
+            revision,
+            next: Some(format!("{revision}|{ns}|{name}")),
+            remaining,
+        })
+    }
+}
+
 /// The request body as an object of `res`, its namespace and name checked
 /// against the path (and filled in where missing).
 async fn body_object(
@@ -447,11 +617,7 @@ async fn body_object(
     namespace: Option<&str>,
     name: Option<&str>,
 ) -> Result<Value, ApiError> {
-    let bytes = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?
-        .to_bytes();
+    let bytes = read_body(req).await?;
     let mut object: Value = serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::bad_request(format!("the body is not JSON: {e}")))?;
     let Some(fields) = object.as_object_mut() else {
@@ -544,20 +710,36 @@ fn group_document(group: &str) -> Option<Value> {
 }
 
 fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let resources: Vec<Value> = RESOURCES
+    let mut resources: Vec<Value> = Vec::new();
+    for r in RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
-        .map(|r| {
-            json!({
-                "name": r.plural,
-                "singularName": r.singular,
+    {
+        let verbs: &[&str] = if r.plural == "tokenreviews" {
+            &["create"]
+        } else {
+            &[
+                "create", "delete", "get", "list", "patch", "update", "watch",
+            ]
+        };
+        resources.push(json!({
+            "name": r.plural,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": verbs,
+            "shortNames": r.short_names,
+        }));
+        if r.status {
+            resources.push(json!({
+                "name": format!("{}/status", r.plural),
+                "singularName": "",
                 "namespaced": r.namespaced,
                 "kind": r.kind,
-                "verbs": ["create", "delete", "get", "list", "update", "watch"],
-                "shortNames": r.short_names,
-            })
-        })
-        .collect();
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+    }
     if resources.is_empty() {
         return None;
     }

@@ -24,7 +24,9 @@
 //! [`FixtureApi::serve`].
 
 mod http;
+pub mod patch;
 mod selector;
+pub mod tokens;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +37,17 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 pub use self::http::FixtureServer;
+pub use patch::PatchKind;
 pub use selector::Selector;
+pub use tokens::StaticToken;
+
+/// The header a front (the stand-in API server) sets to the user a client
+/// certificate it verified names, as kube-apiserver's front proxy does;
+/// the fixture lets such a request in without a token.
+pub const REMOTE_USER: &str = "x-remote-user";
+/// The header carrying that user's groups (the certificate's
+/// organizations), one value each.
+pub const REMOTE_GROUP: &str = "x-remote-group";
 
 /// How many changes the history keeps by default.
 pub const DEFAULT_HISTORY: usize = 1000;
@@ -61,6 +73,10 @@ pub struct Resource {
     pub namespaced: bool,
     /// Short names kubectl accepts (`po`).
     pub short_names: &'static [&'static str],
+    /// Whether it has a `status` subresource: then `.../status` writes
+    /// change only `status`, and writes of the object keep the stored
+    /// `status`.
+    pub status: bool,
 }
 
 impl Resource {
@@ -76,33 +92,21 @@ impl Resource {
 
 /// The resources the fixture serves; add a line to serve another.
 pub const RESOURCES: &[Resource] = &[
-    Resource {
-        group: "",
-        version: "v1",
-        plural: "pods",
-        singular: "pod",
-        kind: "Pod",
-        namespaced: true,
-        short_names: &["po"],
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        plural: "configmaps",
-        singular: "configmap",
-        kind: "ConfigMap",
-        namespaced: true,
-        short_names: &["cm"],
-    },
-    Resource {
-        group: "",
-        version: "v1",
-        plural: "services",
-        singular: "service",
-        kind: "Service",
-        namespaced: true,
-        short_names: &["svc"],
-    },
+    core("pods", "pod", "Pod", true, &["po"], true),
+    core("configmaps", "configmap", "ConfigMap", true, &["cm"], false),
+    core("services", "service", "Service", true, &["svc"], true),
+    core("namespaces", "namespace", "Namespace", false, &["ns"], true),
+    core("nodes", "node", "Node", false, &["no"], true),
+    core("events", "event", "Event", true, &["ev"], false),
+    core("secrets", "secret", "Secret", true, &[], false),
+    core(
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        false,
+    ),
     Resource {
         group: "discovery.k8s.io",
         version: "v1",
@@ -111,8 +115,103 @@ pub const RESOURCES: &[Resource] = &[
         kind: "EndpointSlice",
         namespaced: true,
         short_names: &[],
+        status: false,
     },
+    Resource {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        status: false,
+    },
+    Resource {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        short_names: &[],
+        status: false,
+    },
+    Resource {
+        group: "authentication.k8s.io",
+        version: "v1",
+        plural: "tokenreviews",
+        singular: "tokenreview",
+        kind: "TokenReview",
+        namespaced: false,
+        short_names: &[],
+        status: false,
+    },
+    gateway(
+        "gatewayclasses",
+        "gatewayclass",
+        "GatewayClass",
+        "v1",
+        false,
+        &["gc"],
+    ),
+    gateway("gateways", "gateway", "Gateway", "v1", true, &["gtw"]),
+    gateway("tlsroutes", "tlsroute", "TLSRoute", "v1", true, &[]),
+    gateway(
+        "referencegrants",
+        "referencegrant",
+        "ReferenceGrant",
+        "v1beta1",
+        true,
+        &["refgrant"],
+    ),
 ];
+
+/// A core-group (`/api/v1`) resource.
+const fn core(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    status: bool,
+) -> Resource {
+    Resource {
+        group: "",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names,
+        status,
+    }
+}
+
+/// A Gateway API resource (`gateway.networking.k8s.io`); all have a status
+/// subresource.
+const fn gateway(
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    version: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+) -> Resource {
+    Resource {
+        group: GATEWAY_GROUP,
+        version,
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names,
+        status: true,
+    }
+}
+
+/// The Gateway API's group.
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
 
 /// An EndpointSlice of the `default/kubernetes` Service (labelled
 /// `kubernetes.io/service-name: kubernetes`) with one endpoint at `addr`,
@@ -213,9 +312,9 @@ pub struct FixtureStats {
     pub watches: u64,
 }
 
-/// The identity of a stored object: resource, namespace (empty for
+/// The identity of a stored object: group, resource, namespace (empty for
 /// cluster-scoped), name.
-type Key = (&'static str, String, String);
+type Key = (&'static str, &'static str, String, String);
 
 /// One change, kept in the history for watches.
 #[derive(Clone, Debug)]
@@ -246,6 +345,8 @@ struct Shared {
     bookmark_interval: Duration,
     lists: AtomicU64,
     watches: AtomicU64,
+    /// Known bearer tokens; empty lets every request in.
+    tokens: std::sync::RwLock<Arc<Vec<StaticToken>>>,
 }
 
 /// The fixture Kubernetes API: see the [module docs](self). Cheap to
@@ -295,6 +396,7 @@ impl FixtureApi {
                 bookmark_interval,
                 lists: AtomicU64::new(0),
                 watches: AtomicU64::new(0),
+                tokens: std::sync::RwLock::new(Arc::new(Vec::new())),
             }),
         }
     }
@@ -303,6 +405,25 @@ impl FixtureApi {
         match self.shared.store.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Sets the bearer tokens the API knows (see [`tokens`]): with any,
+    /// a request needs one of them (or a client certificate the stand-in in
+    /// front verified), and `TokenReview`s answer for them; with none,
+    /// every request is let in and every review is unauthenticated.
+    pub fn set_tokens(&self, tokens: Vec<StaticToken>) {
+        let mut slot = match self.shared.tokens.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *slot = Arc::new(tokens);
+    }
+
+    pub(crate) fn tokens(&self) -> Arc<Vec<StaticToken>> {
+        match self.shared.tokens.read() {
+            Ok(g) => Arc::clone(&g),
+            Err(p) => Arc::clone(&p.into_inner()),
         }
     }
 
@@ -345,7 +466,11 @@ impl FixtureApi {
         self.delete_in(res, namespace, name)
     }
 
-    fn delete_in(
+    /// Deletes an object as a `DELETE` request does: one with finalizers
+    /// only gets a `deletionTimestamp` (and stays until a write leaves its
+    /// finalizers empty); any other is removed. Returns the object as the
+    /// answer carries it.
+    pub(crate) fn delete_in(
         &self,
         res: &'static Resource,
         namespace: &str,
@@ -353,10 +478,32 @@ impl FixtureApi {
     ) -> Result<Value, ApiError> {
         let mut store = self.store();
         let key = key(res, namespace, name);
-        let before = store
+        let stored = store
             .objects
-            .remove(&key)
+            .get(&key)
             .ok_or_else(|| ApiError::not_found(res, name))?;
+        if has_finalizers(stored) {
+            if stored["metadata"].get("deletionTimestamp").is_some() {
+                return Ok(stored.clone());
+            }
+            let mut marked = stored.clone();
+            if let Some(meta) = marked.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+            return Ok(self.commit(store, res, key, marked));
+        }
+        let before = store.objects.remove(&key).unwrap_or_default();
+        Ok(self.commit_removal(store, res, before))
+    }
+
+    /// Records the removal of `before` (already taken out of the store).
+    fn commit_removal(
+        &self,
+        mut store: MutexGuard<'_, Store>,
+        res: &'static Resource,
+        before: Value,
+    ) -> Value {
         store.revision += 1;
         let revision = store.revision;
         let mut gone = before.clone();
@@ -369,7 +516,62 @@ impl FixtureApi {
         });
         drop(store);
         self.shared.changed.send_replace(revision);
-        Ok(gone)
+        gone
+    }
+
+    /// Stores `object` under `key` at a new revision and records the change.
+    fn commit(
+        &self,
+        mut store: MutexGuard<'_, Store>,
+        res: &'static Resource,
+        key: Key,
+        mut object: Value,
+    ) -> Value {
+        store.revision += 1;
+        let revision = store.revision;
+        set_resource_version(&mut object, revision);
+        let before = store.objects.insert(key, object.clone());
+        store.record(Change {
+            revision,
+            resource: res,
+            before,
+            after: Some(object.clone()),
+        });
+        drop(store);
+        self.shared.changed.send_replace(revision);
+        object
+    }
+
+    /// Applies a `PATCH` of `kind` to the stored object (or, with
+    /// `status`, to its status only): `404` if there is none, `422` if the
+    /// patch does not apply, `409` if it sets a stale `resourceVersion`.
+    pub fn patch(
+        &self,
+        resource: &'static Resource,
+        namespace: &str,
+        name: &str,
+        kind: PatchKind,
+        patch: &[u8],
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        if kind == PatchKind::Strategic && resource.group == GATEWAY_GROUP {
+            // As for every custom resource on a real API server.
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                "strategic merge patch is not supported for custom resources; use a merge or JSON patch",
+            ));
+        }
+        let stored = self
+            .store()
+            .objects
+            .get(&key(resource, namespace, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        let patched = self::patch::apply(kind, &stored, patch)
+            .map_err(|e| ApiError::new(422, "Invalid", e))?;
+        let scope = if status { Scope::Status } else { Scope::Main };
+        self.write_in(patched, Write::Replace, scope, Some(resource))
     }
 
     /// The stored object, if any.
@@ -425,8 +627,32 @@ impl FixtureApi {
         Ok((changes, store.revision))
     }
 
-    fn write(&self, mut object: Value, mode: Write) -> Result<Value, ApiError> {
+    fn write(&self, object: Value, mode: Write) -> Result<Value, ApiError> {
+        self.write_in(object, mode, Scope::Whole, None)
+    }
+
+    /// Writes `object` (of `expected`, when the path named one) in `mode`,
+    /// changing what `scope` allows.
+    pub(crate) fn write_in(
+        &self,
+        mut object: Value,
+        mode: Write,
+        scope: Scope,
+        expected: Option<&'static Resource>,
+    ) -> Result<Value, ApiError> {
         let res = resource_of(&object)?;
+        if expected.is_some_and(|e| e.group != res.group || e.plural != res.plural) {
+            return Err(ApiError::bad_request(format!(
+                "the body is a {} of {}, not what the path names",
+                res.kind,
+                res.api_version()
+            )));
+        }
+        if res.plural == "tokenreviews" {
+            return Err(ApiError::bad_request(
+                "TokenReviews are created with POST only",
+            ));
+        }
         let meta = object
             .get_mut("metadata")
             .and_then(Value::as_object_mut)
@@ -483,16 +709,61 @@ impl FixtureApi {
             }
             _ => {}
         }
-        store.revision += 1;
-        let revision = store.revision;
+        if res.status {
+            match (scope, &before) {
+                (Scope::Whole, _) => {}
+                // A status write changes the status only.
+                (Scope::Status, Some(stored)) => {
+                    let status = object.get("status").cloned();
+                    object = stored.clone();
+                    match status {
+                        Some(status) => object["status"] = status,
+                        None => {
+                            if let Some(fields) = object.as_object_mut() {
+                                fields.remove("status");
+                            }
+                        }
+                    }
+                }
+                (Scope::Status, None) => return Err(ApiError::not_found(res, &name)),
+                // A write of the object keeps the stored status; a new
+                // object starts without one (a Namespace as `Active`).
+                (Scope::Main, Some(stored)) => match stored.get("status") {
+                    Some(status) => object["status"] = status.clone(),
+                    None => {
+                        if let Some(fields) = object.as_object_mut() {
+                            fields.remove("status");
+                        }
+                    }
+                },
+                (Scope::Main, None) => {
+                    if let Some(fields) = object.as_object_mut() {
+                        fields.remove("status");
+                    }
+                    if res.plural == "namespaces" {
+                        object["status"] = json!({"phase": "Active"});
+                    }
+                }
+            }
+        }
         let meta = object
             .get_mut("metadata")
             .and_then(Value::as_object_mut)
             .ok_or_else(|| ApiError::bad_request("object has no metadata"))?;
         match &before {
             Some(stored) => {
-                for field in ["uid", "creationTimestamp"] {
-                    meta.insert(field.into(), stored["metadata"][field].clone());
+                // Set by the server, not by writers; `deletionTimestamp`
+                // cannot be set or changed by a write.
+                for field in [
+                    "uid",
+                    "creationTimestamp",
+                    "deletionTimestamp",
+                    "deletionGracePeriodSeconds",
+                ] {
+                    match stored["metadata"].get(field) {
+                        Some(value) => meta.insert(field.into(), value.clone()),
+                        None => meta.remove(field),
+                    };
                 }
                 let generation = stored["metadata"]["generation"].as_u64().unwrap_or(1);
                 let spec_changed = object.get("spec") != stored.get("spec");
@@ -512,31 +783,52 @@ impl FixtureApi {
                     "uid".into(),
                     json!(format!("00000000-0000-4000-8000-{uid:012x}")),
                 );
-                meta.insert(
-                    "creationTimestamp".into(),
-                    json!(humantime::format_rfc3339_seconds(SystemTime::now()).to_string()),
-                );
+                meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+                meta.remove("deletionTimestamp");
+                meta.remove("deletionGracePeriodSeconds");
                 meta.insert("generation".into(), json!(1));
             }
         }
-        set_resource_version(&mut object, revision);
-        store.objects.insert(key, object.clone());
-        store.record(Change {
-            revision,
-            resource: res,
-            before,
-            after: Some(object.clone()),
-        });
-        drop(store);
-        self.shared.changed.send_replace(revision);
-        Ok(object)
+        // An object being deleted goes once its last finalizer is removed.
+        if object["metadata"].get("deletionTimestamp").is_some() && !has_finalizers(&object) {
+            store.objects.remove(&key);
+            let mut gone = object;
+            if let Some(before) = before {
+                gone["metadata"]["resourceVersion"] = before["metadata"]["resourceVersion"].clone();
+            }
+            return Ok(self.commit_removal(store, res, gone));
+        }
+        Ok(self.commit(store, res, key, object))
     }
 }
 
-enum Write {
+/// How a write treats an existing object.
+pub(crate) enum Write {
     Apply,
     Create,
     Replace,
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// All of it (the Rust API, for tests that set up any state).
+    Whole,
+    /// All but `status`, for resources with a status subresource (a
+    /// request to the object's path).
+    Main,
+    /// `status` only (a request to `.../status`).
+    Status,
+}
+
+fn has_finalizers(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+}
+
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 impl Store {
@@ -551,8 +843,9 @@ impl Store {
         let items = self
             .objects
             .iter()
-            .filter(|((plural, ns, _), object)| {
-                *plural == resource.plural
+            .filter(|((group, plural, ns, _), object)| {
+                *group == resource.group
+                    && *plural == resource.plural
                     && namespace.is_none_or(|want| want == ns)
                     && labels.matches_labels(object)
                     && fields.matches_fields(object)
@@ -572,9 +865,9 @@ impl Store {
     }
 }
 
-fn key(res: &Resource, namespace: &str, name: &str) -> Key {
+fn key(res: &'static Resource, namespace: &str, name: &str) -> Key {
     let namespace = if res.namespaced { namespace } else { "" };
-    (res.plural, namespace.to_owned(), name.to_owned())
+    (res.group, res.plural, namespace.to_owned(), name.to_owned())
 }
 
 fn set_resource_version(object: &mut Value, revision: u64) {

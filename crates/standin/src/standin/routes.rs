@@ -11,6 +11,8 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use rustls::ServerConnection;
+
+use crate::fixture_api::{REMOTE_GROUP, REMOTE_USER};
 use serde_json::json;
 
 use super::pattern::PatternBody;
@@ -76,6 +78,8 @@ pub(crate) async fn handle(
     shared.requests.fetch_add(1, Ordering::SeqCst);
     let mut response = match &shared.api_upstream {
         Some(upstream) if super::upstream::is_api_path(req.uri().path()) => {
+            let mut req = req;
+            front_proxy_identity(req.headers_mut(), &conn);
             super::upstream::forward(req, upstream).await
         }
         _ => route(req, &shared, &conn),
@@ -86,6 +90,24 @@ pub(crate) async fn handle(
         headers.insert(ALT_SVC, alt_svc.clone());
     }
     Ok(response)
+}
+
+/// Tells the API behind the stand-in who a verified client certificate
+/// names, as kube-apiserver's front proxy does (`X-Remote-User`,
+/// `X-Remote-Group`); the same headers from the client are dropped, so a
+/// client cannot claim an identity.
+fn front_proxy_identity(headers: &mut http::HeaderMap, conn: &ConnectionInfo) {
+    headers.remove(REMOTE_USER);
+    headers.remove(REMOTE_GROUP);
+    let Some(cn) = &conn.client_cn else { return };
+    if let Ok(value) = http::HeaderValue::from_str(cn) {
+        headers.insert(REMOTE_USER, value);
+    }
+    for org in &conn.client_organizations {
+        if let Ok(value) = http::HeaderValue::from_str(org) {
+            headers.append(REMOTE_GROUP, value);
+        }
+    }
 }
 
 fn route(req: Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> Response<Body> {
