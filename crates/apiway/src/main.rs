@@ -209,13 +209,42 @@ async fn run_role<R: apiway_core::runtime::Role>(
         println!("valid");
         return Ok(());
     }
+    let node = node_watch(&args.kube).await?;
     apiway_core::runtime::run::<R>(
         sources,
         apiway_core::runtime::RunOptions {
             ready_file: args.ready_file,
+            node,
         },
     )
     .await
+}
+
+/// With `--node-name`, the watch of that Node (KEP-3836 draining): the
+/// Kubernetes client is built now, so a bad kubeconfig stops the start;
+/// the API server being unreachable does not (the watch retries, and the
+/// role counts as eligible until it knows better).
+async fn node_watch(
+    kube: &apiway_core::config::KubernetesArgs,
+) -> anyhow::Result<Option<apiway_core::node::NodeWatch>> {
+    let Some(name) = kube.node_name.clone().filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let client = apiway_kube::client(kube.kubeconfig.as_deref()).await?;
+    let (tx, feed) = apiway_core::node::feed();
+    tracing::info!(node = %name, "node-aware: /healthz fails while this Node is deleted or tainted for scale-down");
+    tokio::spawn(apiway_kube::node::watch(
+        client,
+        name,
+        tx,
+        tokio_util::sync::CancellationToken::new(),
+    ));
+    Ok(Some(apiway_core::node::NodeWatch {
+        feed,
+        policy: apiway_core::node::NodePolicy {
+            extra_taints: kube.drain_on_taint.clone(),
+        },
+    }))
 }
 
 fn init_logging(format: LogFormat, level: &str) {

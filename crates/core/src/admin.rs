@@ -8,11 +8,11 @@
 //! - `/readyz`: can this instance serve now?
 //! - `/metrics`: Prometheus text format.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
@@ -24,14 +24,42 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::sync::lock;
+
 /// Health verdicts the admin endpoint serves.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Health {
     draining: AtomicBool,
     live: AtomicBool,
     ready: AtomicBool,
-    /// Reasons `/healthz` fails besides draining, by source.
-    not_healthy: Mutex<BTreeMap<String, String>>,
+    /// When the data plane was last programmed (started, or a
+    /// configuration applied): `lastUpdated` in the bodies.
+    updated: Mutex<SystemTime>,
+    /// What the role knows about its Node; `None` when node-unaware.
+    node: Mutex<Option<NodeView>>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            draining: AtomicBool::new(false),
+            live: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+            updated: Mutex::new(SystemTime::now()),
+            node: Mutex::new(None),
+        }
+    }
+}
+
+/// The Node as the admin endpoint reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeView {
+    /// Whether the load balancer should send new connections here.
+    pub eligible: bool,
+    /// Why not, when not.
+    pub reason: Option<String>,
+    /// When the last Node event arrived; `None` before the first.
+    pub last_event: Option<SystemTime>,
 }
 
 impl Health {
@@ -60,33 +88,90 @@ impl Health {
         self.ready.store(ready, Ordering::SeqCst);
     }
 
-    /// Sets or clears (`None`) a reason for `/healthz` to fail.
-    pub fn set_not_healthy(&self, source: &str, reason: Option<String>) {
-        let mut map = match self.not_healthy.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        match reason {
-            Some(r) => map.insert(source.to_owned(), r),
-            None => map.remove(source),
-        };
+    /// Records that the data plane was just programmed.
+    pub fn mark_updated(&self) {
+        *lock(&self.updated) = SystemTime::now();
     }
 
-    fn healthz(&self) -> (StatusCode, String) {
-        if self.is_draining() {
-            return (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into());
-        }
-        let map = match self.not_healthy.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if map.is_empty() {
-            (StatusCode::OK, "ok\n".into())
-        } else {
-            let reasons: String = map.iter().map(|(k, v)| format!("{k}: {v}\n")).collect();
-            (StatusCode::SERVICE_UNAVAILABLE, reasons)
-        }
+    /// Sets what is known of the Node (the role becomes node-aware).
+    pub fn set_node(&self, view: NodeView) {
+        *lock(&self.node) = Some(view);
     }
+
+    /// What is known of the Node; `None` when node-unaware.
+    pub fn node(&self) -> Option<NodeView> {
+        lock(&self.node).clone()
+    }
+
+    /// `/healthz`: 503 while draining or while the Node is not eligible;
+    /// the body is kube-proxy's (`lastUpdated`, `currentTime`,
+    /// `nodeEligible` when node-aware) plus, when failing, `reason`.
+    fn healthz(&self) -> (StatusCode, String) {
+        let node = self.node();
+        let eligible = node.as_ref().map(|n| n.eligible);
+        let reason = if self.is_draining() {
+            Some("draining".to_owned())
+        } else {
+            node.and_then(|n| n.reason)
+                .filter(|_| eligible == Some(false))
+        };
+        let mut body = self.times();
+        if let Some(eligible) = eligible {
+            body.insert("nodeEligible".into(), serde_json::Value::Bool(eligible));
+        }
+        let status = match reason {
+            None => StatusCode::OK,
+            Some(reason) => {
+                body.insert("reason".into(), serde_json::Value::String(reason));
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        };
+        (status, json_line(body))
+    }
+
+    /// `/livez`: 200 while the data plane is programmed; ignores the Node.
+    fn livez(&self) -> (StatusCode, String) {
+        let status = if self.live.load(Ordering::SeqCst) {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        (status, json_line(self.times()))
+    }
+
+    fn times(&self) -> serde_json::Map<String, serde_json::Value> {
+        let updated = *lock(&self.updated);
+        let mut body = serde_json::Map::new();
+        body.insert("lastUpdated".into(), rfc3339(updated).into());
+        body.insert("currentTime".into(), rfc3339(SystemTime::now()).into());
+        body
+    }
+}
+
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+fn json_line(body: serde_json::Map<String, serde_json::Value>) -> String {
+    let mut text = serde_json::Value::Object(body).to_string();
+    text.push('\n');
+    text
+}
+
+const JSON: &str = "application/json";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: u16,
+}
+
+/// `apiway_healthz_total{code}` and `apiway_livez_total{code}`, as
+/// kube-proxy counts its answers; the series of 200 and 503 exist from
+/// the start.
+#[derive(Clone, Debug, Default)]
+struct AnswerMetrics {
+    healthz: Family<CodeLabels, Counter>,
+    livez: Family<CodeLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,6 +186,7 @@ pub struct AdminServer {
     health: Arc<Health>,
     registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
+    answers: AnswerMetrics,
 }
 
 impl AdminServer {
@@ -112,7 +198,22 @@ impl AdminServer {
             "Admin endpoint requests by path and status code",
             requests.clone(),
         );
-        AdminMetrics { requests }
+        let answers = AnswerMetrics::default();
+        for code in [200, 503] {
+            let _ = answers.healthz.get_or_create(&CodeLabels { code });
+            let _ = answers.livez.get_or_create(&CodeLabels { code });
+        }
+        registry.register(
+            "healthz",
+            "/healthz answers by status code",
+            answers.healthz.clone(),
+        );
+        registry.register(
+            "livez",
+            "/livez answers by status code",
+            answers.livez.clone(),
+        );
+        AdminMetrics { requests, answers }
     }
 
     /// Binds `addr`; the error names the address.
@@ -130,6 +231,7 @@ impl AdminServer {
             health,
             registry,
             requests: metrics.requests,
+            answers: metrics.answers,
         })
     }
 
@@ -183,13 +285,12 @@ impl AdminServer {
                 match req.uri().path() {
                     "/healthz" => {
                         let (s, b) = self.health.healthz();
-                        ("/healthz", s, b, "text/plain")
+                        ("/healthz", s, b, JSON)
                     }
-                    "/livez" => verdict(
-                        "/livez",
-                        self.health.live.load(Ordering::SeqCst),
-                        "not live\n",
-                    ),
+                    "/livez" => {
+                        let (s, b) = self.health.livez();
+                        ("/livez", s, b, JSON)
+                    }
                     "/readyz" => verdict(
                         "/readyz",
                         self.health.ready.load(Ordering::SeqCst),
@@ -215,10 +316,28 @@ impl AdminServer {
                 code: status.as_u16(),
             })
             .inc();
+        let answers = match path {
+            "/healthz" => Some(&self.answers.healthz),
+            "/livez" => Some(&self.answers.livez),
+            _ => None,
+        };
+        if let Some(family) = answers {
+            family
+                .get_or_create(&CodeLabels {
+                    code: status.as_u16(),
+                })
+                .inc();
+        }
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
         if let Ok(v) = http::HeaderValue::from_str(content_type) {
             response.headers_mut().insert(http::header::CONTENT_TYPE, v);
+        }
+        if content_type == JSON {
+            response.headers_mut().insert(
+                http::header::X_CONTENT_TYPE_OPTIONS,
+                http::HeaderValue::from_static("nosniff"),
+            );
         }
         response
     }
@@ -245,6 +364,7 @@ fn verdict(
 #[derive(Clone)]
 pub struct AdminMetrics {
     requests: Family<RequestLabels, Counter>,
+    answers: AnswerMetrics,
 }
 
 #[cfg(test)]
@@ -252,22 +372,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn healthz_follows_draining_and_reasons() {
+    fn healthz_follows_draining_and_the_node() {
         let h = Health::new();
-        assert_eq!(h.healthz().0, StatusCode::OK);
-        h.set_not_healthy(
-            "node",
-            Some("tainted ToBeDeletedByClusterAutoscaler".into()),
-        );
+        let (code, body) = h.healthz();
+        assert_eq!(code, StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(body["lastUpdated"].is_string() && body["currentTime"].is_string());
+        assert!(body.get("nodeEligible").is_none(), "node-unaware: {body}");
+        h.set_node(NodeView {
+            eligible: false,
+            reason: Some("tainted ToBeDeletedByClusterAutoscaler".into()),
+            last_event: Some(SystemTime::now()),
+        });
         let (code, body) = h.healthz();
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(body.contains("ToBeDeletedByClusterAutoscaler"));
-        h.set_not_healthy("node", None);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["nodeEligible"], false);
+        assert!(body["reason"].as_str().unwrap().contains("ToBeDeleted"));
+        // /livez ignores the Node.
+        h.set_live(true);
+        assert_eq!(h.livez().0, StatusCode::OK);
+        h.set_node(NodeView {
+            eligible: true,
+            reason: None,
+            last_event: Some(SystemTime::now()),
+        });
         assert_eq!(h.healthz().0, StatusCode::OK);
         h.start_draining();
+        let (code, body) = h.healthz();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
-            h.healthz(),
-            (StatusCode::SERVICE_UNAVAILABLE, "draining\n".into())
+            (body["nodeEligible"].clone(), body["reason"].clone()),
+            (true.into(), "draining".into())
         );
     }
 }

@@ -21,6 +21,7 @@ pub mod forward;
 pub mod health;
 pub mod listener;
 pub mod metrics;
+pub mod node;
 pub mod read_until;
 pub mod ready;
 pub mod reload;

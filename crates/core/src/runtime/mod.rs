@@ -32,6 +32,7 @@ use crate::admin::{AdminServer, Health};
 use crate::config::source::{Merge, Source, SourceEvent, SourceSender};
 use crate::config::Common;
 use crate::drain::Drain;
+use crate::node::{NodeMetrics, NodeWatch};
 use crate::reload::ReloadMetrics;
 use crate::sync::lock;
 
@@ -125,6 +126,15 @@ impl<R: Role> Running<R> {
     /// Starts the role with `snapshot` and serves the admin endpoint its
     /// common section names.
     pub async fn start(snapshot: R::Snapshot) -> anyhow::Result<Running<R>> {
+        Self::start_with(snapshot, None).await
+    }
+
+    /// [`start`](Self::start), node-aware when `node` is given: `/healthz`
+    /// follows the Node the feed reports on (see [`crate::node`]).
+    pub async fn start_with(
+        snapshot: R::Snapshot,
+        node: Option<NodeWatch>,
+    ) -> anyhow::Result<Running<R>> {
         let common = R::common(&snapshot);
         let fixed = R::fixed(&snapshot);
         let context = RoleContext::new();
@@ -132,6 +142,17 @@ impl<R: Role> Running<R> {
         let reload_metrics = ReloadMetrics::default();
         reload_metrics.register(&mut registry);
         let role = R::start(snapshot, &context, &mut registry)?;
+        if let Some(NodeWatch { feed, policy }) = node {
+            let metrics = NodeMetrics::register(&mut registry, context.health.clone());
+            tokio::spawn(crate::node::follow(
+                feed,
+                policy,
+                context.health.clone(),
+                metrics,
+                context.stop.clone(),
+            ));
+        }
+        context.health.mark_updated();
         context.health.set_live(true);
         let admin = match common.admin {
             None => None,
@@ -239,6 +260,7 @@ impl<R: Role> Running<R> {
             }
         }
         self.role.apply(snapshot)?;
+        self.context.health.mark_updated();
         *lock(&self.applied) = Applied { common, fixed };
         Ok(common)
     }
@@ -258,10 +280,12 @@ impl<R: Role> Running<R> {
 }
 
 /// Options of [`run`] that are not configuration.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct RunOptions {
     /// Write a [`ReadyReport`] here once everything is bound.
     pub ready_file: Option<PathBuf>,
+    /// Node awareness (KEP-3836): the feed of a Node watch and what drains.
+    pub node: Option<NodeWatch>,
 }
 
 /// The sources of a role, running.
@@ -395,7 +419,7 @@ pub async fn run<R: Role>(
             return Err(anyhow::anyhow!(e));
         }
     };
-    let running = match Running::<R>::start(snapshot).await {
+    let running = match Running::<R>::start_with(snapshot, options.node).await {
         Ok(r) => r,
         Err(e) => {
             feeds.stop.cancel();

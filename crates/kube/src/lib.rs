@@ -1,0 +1,30 @@
+//! Kubernetes sources for apiway's roles, through kube-rs. Each feeds a
+//! seam of `apiway-core` (which knows nothing of kube-rs), so a role can be
+//! fed from Kubernetes, a file or a test alike.
+//!
+//! - [`node`]: the watch of the Node the process runs on, for KEP-3836
+//!   draining ([`apiway_core::node`]).
+
+pub mod node;
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+/// A kube-rs client from `kubeconfig`, or from the in-cluster service
+/// account when there is none.
+pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::incluster().context(
+            "no --kubeconfig given and not running in a cluster (in-cluster service account not found)",
+        )?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
