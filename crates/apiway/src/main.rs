@@ -337,6 +337,11 @@ fn main() -> std::process::ExitCode {
                 // in front (which adds TLS, HTTP/2 and client certificates).
                 let fixture = if kubernetes_api {
                     let api = apiway_standin::fixture_api::FixtureApi::new();
+                    let now_ms = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_millis() as u64)
+                        .unwrap_or(0);
+                    api.start_revisions_at(now_ms);
                     if let Some(path) = &token_file {
                         let text = std::fs::read_to_string(path).map_err(|e| {
                             anyhow::anyhow!("--token-file {}: {e}", path.display())

@@ -62,8 +62,11 @@ pub fn command_in(netns: Option<&str>, program: impl AsRef<OsStr>) -> Command {
 impl Launcher {
     /// Launches `command` (arguments, environment and working directory as
     /// set on it; stdin, stdout, stderr and the process group are the
-    /// launcher's).
-    pub fn new(command: Command) -> Launcher {
+    /// launcher's). `NODE_NAME` is taken out of the environment (a CI
+    /// runner in a pod may have it), so a role is node-aware only when a
+    /// test says `--node-name`.
+    pub fn new(mut command: Command) -> Launcher {
+        command.env_remove("NODE_NAME");
         Launcher {
             command,
             dir: None,

@@ -15,6 +15,7 @@ mod failover;
 mod fragmentation;
 mod haproxy;
 mod limits;
+mod node_drain;
 mod passthrough;
 mod proxy;
 mod rejection;

@@ -427,6 +427,20 @@ impl FixtureApi {
         }
     }
 
+    /// Starts the revision counter at `revision` (an empty store only
+    /// changes its numbering): a process started with the time in
+    /// milliseconds hands out revisions above every one an earlier run
+    /// did, so a client's watch from before a restart gets `410 Gone` and
+    /// lists again, as after an etcd compaction (a real API server keeps
+    /// its data over a restart; the fixture does not).
+    pub fn start_revisions_at(&self, revision: u64) {
+        let mut store = self.store();
+        if store.revision < revision {
+            store.revision = revision;
+            store.history_floor = revision;
+        }
+    }
+
     /// The latest revision.
     pub fn resource_version(&self) -> u64 {
         self.store().revision

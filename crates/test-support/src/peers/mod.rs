@@ -10,6 +10,7 @@
 
 mod etcd;
 mod haproxy;
+mod kube_api;
 mod memory;
 mod nginx;
 mod ports;
@@ -18,6 +19,7 @@ mod standin_process;
 
 pub use etcd::Etcd;
 pub use haproxy::Haproxy;
+pub use kube_api::{kubeconfig_text, KubeApiProcess};
 pub use memory::{proc_memory, ProcMemory};
 pub use nginx::{Nginx, NGINX_STREAM_MODULE};
 pub use ports::{free_port, wait_for_port};

@@ -47,6 +47,15 @@ impl GatewayProcess {
     /// [`start`](Self::start), inside network namespace `netns` when given
     /// (`ip netns exec`).
     pub async fn start_in(netns: Option<&str>, config_yaml: &str) -> Result<GatewayProcess> {
+        GatewayProcess::start_with_args(netns, config_yaml, &[]).await
+    }
+
+    /// [`start_in`](Self::start_in) with more flags (`--node-name n1`).
+    pub async fn start_with_args(
+        netns: Option<&str>,
+        config_yaml: &str,
+        args: &[&str],
+    ) -> Result<GatewayProcess> {
         let dir = tempfile::Builder::new()
             .prefix("apiway-gateway-test-")
             .tempdir()
@@ -54,7 +63,11 @@ impl GatewayProcess {
         let config = dir.path().join("gateway.yaml");
         std::fs::write(&config, config_yaml)?;
         let mut command = command_in(netns, APIWAY);
-        command.arg("gateway").arg("--config").arg(&config);
+        command
+            .arg("gateway")
+            .arg("--config")
+            .arg(&config)
+            .args(args);
         let mut process = launch_in(command, dir)?;
         let report = process.wait_for_ready_file(START_TIMEOUT).await?;
         Ok(GatewayProcess {
