@@ -207,3 +207,133 @@ async fn a_bad_kubeconfig_stops_the_start() -> Result<()> {
     ensure!(stderr.contains("--kubeconfig"), "{stderr}");
     Ok(())
 }
+
+/// Connections the gateway's `public` listener accepted so far.
+async fn accepted(g: &GatewayProcess) -> Result<f64> {
+    Ok(g.metrics()
+        .await?
+        .count("apiway_listener_accepted_total", &[("listener", "public")]))
+}
+
+/// One long-lived stream through HAProxy and a gateway to the echo
+/// backend: the ClientHello (echoed back), then a chunk now and then.
+struct Stream {
+    tcp: tokio::net::TcpStream,
+}
+
+impl Stream {
+    async fn open(addr: std::net::SocketAddr, hello: &[u8]) -> Result<Stream> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(addr).await?;
+        tcp.write_all(hello).await?;
+        let mut echoed = vec![0; hello.len()];
+        tokio::time::timeout(Duration::from_secs(5), tcp.read_exact(&mut echoed))
+            .await
+            .context("the echo of the hello")??;
+        ensure!(echoed == hello);
+        Ok(Stream { tcp })
+    }
+
+    /// Sends `n` bytes and reads them back.
+    async fn round_trip(&mut self, n: usize, seed: u8) -> Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let out: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_add(seed)).collect();
+        self.tcp.write_all(&out).await?;
+        let mut back = vec![0; n];
+        tokio::time::timeout(Duration::from_secs(5), self.tcp.read_exact(&mut back))
+            .await
+            .context("the echo")??;
+        ensure!(back == out, "echo differs");
+        Ok(())
+    }
+}
+
+/// The KEP's end-to-end check: HAProxy health-checks two gateways'
+/// `/healthz` (`option httpchk`, `inter 1s fall 2`); tainting the first
+/// gateway's Node stops new connections to it within 3 s, while every
+/// stream established through it keeps flowing to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_stops_sending_new_connections_and_streams_keep_flowing() -> Result<()> {
+    use apiway_test_support::peers::{free_port, Haproxy};
+    let hello = crate::support::captured_hello("openssl-sni.bin")?;
+    let echo = crate::support::EchoBackend::start().await?;
+    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    kube.apply(&format!("{}---\n{}", node("n1"), node("n2"))).await?;
+    let config = |name: &str| {
+        format!(
+            "admin: {{address: 127.0.0.1:0}}\nlisteners:\n  - {{name: public, address: 127.0.0.1:0, kind: tls}}\nroutes:\n  - name: a\n    hostnames: [api.a.example.com]\n    backends: [{{address: \"{}\"}}]\n    health_check: {{kind: none}}\ndrain: {{delay: 1s}}\n# {name}\n",
+            echo.addr()
+        )
+    };
+    let kubeconfig = kube.kubeconfig().to_string_lossy().into_owned();
+    let mut gateways = Vec::new();
+    for name in ["n1", "n2"] {
+        gateways.push(
+            GatewayProcess::start_with_args(
+                None,
+                &config(name),
+                &["--node-name", name, "--kubeconfig", &kubeconfig],
+            )
+            .await?,
+        );
+    }
+    for g in &gateways {
+        wait_healthz(g, (200, true), Duration::from_secs(5)).await?;
+    }
+    let port = free_port()?;
+    let _haproxy = Haproxy::start(&format!(
+        "global\n    maxconn 1000\ndefaults\n    mode tcp\n    timeout connect 2s\n    timeout client 60s\n    timeout server 60s\nfrontend f\n    bind 127.0.0.1:{port}\n    default_backend gateways\nbackend gateways\n    balance roundrobin\n    option httpchk GET /healthz\n    server g1 {g1} check port {a1} inter 1s fall 2 rise 1\n    server g2 {g2} check port {a2} inter 1s fall 2 rise 1\n",
+        g1 = gateways[0].listener("public"),
+        g2 = gateways[1].listener("public"),
+        a1 = gateways[0].admin().port(),
+        a2 = gateways[1].admin().port(),
+    ))
+    .await?;
+    let front = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // Long-lived streams, spread over both (HAProxy needs a check or two
+    // to mark both up).
+    let mut streams = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        streams.push(Stream::open(front, &hello).await?);
+        let (a, b) = (accepted(&gateways[0]).await?, accepted(&gateways[1]).await?);
+        if streams.len() >= 10 && a >= 3.0 && b >= 3.0 {
+            break;
+        }
+        ensure!(tokio::time::Instant::now() < deadline, "HAProxy did not spread streams: {a} / {b}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let through_g1 = accepted(&gateways[0]).await?;
+
+    // The Node of the first gateway is about to be deleted.
+    kube.kubectl(&["taint", "nodes", "n1", "ToBeDeletedByClusterAutoscaler=1:NoSchedule"])
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let g1_before = accepted(&gateways[0]).await?;
+    ensure!(gateways[0].admin_get("/livez").await?.0 == 200);
+    let mut fresh = Vec::new();
+    for _ in 0..20 {
+        fresh.push(Stream::open(front, &hello).await?);
+    }
+    let g1_after = accepted(&gateways[0]).await?;
+    ensure!(
+        g1_after == g1_before,
+        "HAProxy still sent {} new connections to the tainted gateway 3 s after the taint",
+        g1_after - g1_before
+    );
+
+    // Every established stream keeps flowing (the ones through the first
+    // gateway included): 0 broken.
+    let mut broken = 0;
+    for round in 0..5u8 {
+        for s in streams.iter_mut().chain(fresh.iter_mut()) {
+            if s.round_trip(4096, round).await.is_err() {
+                broken += 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(broken == 0, "{broken} round trips failed on established streams");
+    ensure!(through_g1 >= 3.0);
+    Ok(())
+}
