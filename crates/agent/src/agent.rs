@@ -53,6 +53,7 @@ impl Role for Agent {
                 format!("{:?}", snapshot.addresses),
             ),
             ("upstream", format!("{:?}", snapshot.upstream.mode)),
+            ("discover_endpoints", format!("{:?}", snapshot.discovery)),
         ]
     }
 
@@ -125,6 +126,17 @@ impl Role for Agent {
                 },
             ));
             listeners.push((configured.to_string(), local, slots));
+        }
+        if let (Some(spec), Some((_, first, _))) = (&snapshot.discovery, listeners.first()) {
+            let metrics = apiway_client::ClientMetrics::default();
+            metrics.register(registry);
+            tokio::spawn(crate::discovery::run(
+                spec.clone(),
+                upstream.set(),
+                crate::discovery::through(*first),
+                metrics,
+                stop.child_token(),
+            ));
         }
         let agent = Arc::new(Agent {
             upstream,

@@ -166,6 +166,19 @@ pub struct AgentSettings {
     #[arg(long)]
     #[serde(default)]
     pub close_on_down: bool,
+    /// Also learn the API server endpoints from the `default/kubernetes`
+    /// EndpointSlices (list and watch, through the agent's own listener,
+    /// with the credentials of --kubeconfig or the in-cluster service
+    /// account); the --endpoint list stays as the seed and last resort.
+    /// `direct` only [default: off].
+    #[arg(long)]
+    #[serde(default)]
+    pub discover_endpoints: bool,
+    /// The kubeconfig discovery uses: the shared `--kubeconfig` flag, set
+    /// by the binary (not a flag or file key of the agent's own).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub kubeconfig: Option<PathBuf>,
     /// How often DNS names are re-resolved [default: 10s].
     #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
@@ -215,6 +228,8 @@ impl AgentSettings {
             idle_timeout: later.idle_timeout.or(self.idle_timeout),
             max_connections: later.max_connections.or(self.max_connections),
             close_on_down: self.close_on_down || later.close_on_down,
+            discover_endpoints: self.discover_endpoints || later.discover_endpoints,
+            kubeconfig: later.kubeconfig.or(self.kubeconfig),
             dns_refresh: later.dns_refresh.or(self.dns_refresh),
             drain: self.drain.overlay(later.drain),
             reload_interval: later.reload_interval.or(self.reload_interval),
@@ -271,6 +286,18 @@ pub struct Snapshot {
     pub upstream: UpstreamSpec,
     /// Open connections per listener.
     pub max_connections: usize,
+    /// EndpointSlice discovery (`--discover-endpoints`).
+    pub discovery: Option<DiscoverySpec>,
+}
+
+/// How the agent discovers endpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiscoverySpec {
+    /// The kubeconfig with the credentials; `None`: in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// The TLS server name the API servers' certificates carry
+    /// (`--server-name`).
+    pub server_name: String,
 }
 
 /// Parses a configuration file's text (empty text is an empty file; YAML,
@@ -368,6 +395,19 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
     if let Some(ca) = &ca_file {
         apiway_core::tls::load_certs(ca).map_err(|e| format!("--ca {e}"))?;
     }
+    let discovery = match (file.discover_endpoints, mode) {
+        (false, _) => None,
+        (true, UpstreamMode::Direct) => Some(DiscoverySpec {
+            kubeconfig: file.kubeconfig.clone(),
+            server_name: server_name.clone(),
+        }),
+        (true, _) => {
+            return Err(
+                "--discover-endpoints / discover_endpoints needs --upstream direct (a gateway or CONNECT proxy finds the API servers itself)"
+                    .into(),
+            )
+        }
+    };
     let health_check = health_check(mode, &file, server_name, ca_file)?;
 
     let authority = file.authority.clone();
@@ -451,6 +491,7 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             connector,
         },
         max_connections,
+        discovery,
     })
 }
 

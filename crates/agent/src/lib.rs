@@ -17,6 +17,7 @@
 pub mod address;
 mod agent;
 pub mod config;
+mod discovery;
 pub mod metrics;
 mod netlink;
 mod upstream;

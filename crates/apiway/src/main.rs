@@ -302,6 +302,9 @@ fn main() -> std::process::ExitCode {
                         apiway_agent::config::parse_file,
                     )));
                 }
+                // Discovery reads the shared --kubeconfig.
+                let mut settings = settings;
+                settings.kubeconfig = run.kube.kubeconfig.clone();
                 sources.push(Box::new(apiway_core::config::StaticSource::new(
                     "flags", settings,
                 )));

@@ -553,6 +553,12 @@ impl Client {
             .collect();
         let count = listed.len();
         tracing::debug!(count, "discovered API server endpoints");
+        let addresses: Vec<Address> = listed.iter().map(|l| l.key.clone()).collect();
+        self.inner.discovery.discovered.send_if_modified(|current| {
+            let changed = *current != addresses;
+            *current = addresses;
+            changed
+        });
         state.choice.set_discovered(listed);
         state.forget_unlisted();
         drop(state);
@@ -563,6 +569,14 @@ impl Client {
             .get_or_create(&self.origin_labels())
             .set(i64::try_from(count).unwrap_or(i64::MAX));
         count
+    }
+
+    /// The endpoints EndpointSlice discovery lists now, and each change:
+    /// for a program that feeds them to an endpoint set of its own (the
+    /// agent's `--discover-endpoints`). Empty until the first list, and
+    /// again once discovery has failed for [`ClientConfig::max_age`](crate::ClientConfig::max_age).
+    pub fn discovered(&self) -> tokio::sync::watch::Receiver<Vec<Address>> {
+        self.inner.discovery.discovered.subscribe()
     }
 
     /// How many alternatives discovery lists now.

@@ -10,6 +10,9 @@ pub(crate) struct DiscoveryTask {
     pub(crate) started: std::sync::atomic::AtomicBool,
     /// Dropped with the client, which ends the task.
     pub(crate) stop: watch::Sender<()>,
+    /// The discovered endpoints, for subscribers
+    /// ([`Client::discovered`](crate::Client::discovered)).
+    pub(crate) discovered: watch::Sender<Vec<apiway_core::endpoint::Address>>,
 }
 
 impl DiscoveryTask {
@@ -17,6 +20,7 @@ impl DiscoveryTask {
         DiscoveryTask {
             started: std::sync::atomic::AtomicBool::new(false),
             stop: watch::channel(()).0,
+            discovered: watch::channel(Vec::new()).0,
         }
     }
 }

@@ -258,7 +258,8 @@ async fn haproxy_stops_sending_new_connections_and_streams_keep_flowing() -> Res
     let hello = crate::support::captured_hello("openssl-sni.bin")?;
     let echo = crate::support::EchoBackend::start().await?;
     let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
-    kube.apply(&format!("{}---\n{}", node("n1"), node("n2"))).await?;
+    kube.apply(&format!("{}---\n{}", node("n1"), node("n2")))
+        .await?;
     let config = |name: &str| {
         format!(
             "admin: {{address: 127.0.0.1:0}}\nlisteners:\n  - {{name: public, address: 127.0.0.1:0, kind: tls}}\nroutes:\n  - name: a\n    hostnames: [api.a.example.com]\n    backends: [{{address: \"{}\"}}]\n    health_check: {{kind: none}}\ndrain: {{delay: 1s}}\n# {name}\n",
@@ -300,14 +301,22 @@ async fn haproxy_stops_sending_new_connections_and_streams_keep_flowing() -> Res
         if streams.len() >= 10 && a >= 3.0 && b >= 3.0 {
             break;
         }
-        ensure!(tokio::time::Instant::now() < deadline, "HAProxy did not spread streams: {a} / {b}");
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "HAProxy did not spread streams: {a} / {b}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let through_g1 = accepted(&gateways[0]).await?;
 
     // The Node of the first gateway is about to be deleted.
-    kube.kubectl(&["taint", "nodes", "n1", "ToBeDeletedByClusterAutoscaler=1:NoSchedule"])
-        .await?;
+    kube.kubectl(&[
+        "taint",
+        "nodes",
+        "n1",
+        "ToBeDeletedByClusterAutoscaler=1:NoSchedule",
+    ])
+    .await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let g1_before = accepted(&gateways[0]).await?;
     ensure!(gateways[0].admin_get("/livez").await?.0 == 200);
@@ -333,7 +342,10 @@ async fn haproxy_stops_sending_new_connections_and_streams_keep_flowing() -> Res
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    ensure!(broken == 0, "{broken} round trips failed on established streams");
+    ensure!(
+        broken == 0,
+        "{broken} round trips failed on established streams"
+    );
     ensure!(through_g1 >= 3.0);
     Ok(())
 }

@@ -75,8 +75,18 @@ pub struct EndpointSet {
     /// The endpoint a latency policy chose last, kept with [`Hysteresis`].
     chosen: ArcSwapOption<Endpoint>,
     metrics: BackendMetrics,
-    /// Serializes `apply` so two reloads cannot interleave.
-    applying: Mutex<()>,
+    /// The last applied spec and the discovered endpoints; held while
+    /// applying, so two changes cannot interleave.
+    applying: Mutex<Sources>,
+}
+
+/// What the members are built from.
+#[derive(Default)]
+struct Sources {
+    configured: Option<EndpointSetSpec>,
+    /// Endpoints from a discovery source (the agent's
+    /// `--discover-endpoints`), after the configured ones.
+    discovered: Vec<Address>,
 }
 
 impl std::fmt::Debug for EndpointSet {
@@ -102,7 +112,7 @@ impl EndpointSet {
             rotation: AtomicUsize::new(0),
             chosen: ArcSwapOption::empty(),
             metrics,
-            applying: Mutex::new(()),
+            applying: Mutex::new(Sources::default()),
         };
         set.apply(spec);
         Arc::new(set)
@@ -126,10 +136,27 @@ impl EndpointSet {
     /// Applies a new spec: endpoints with an unchanged address keep their
     /// health, ejection and active counts; removed ones lose their metrics.
     pub fn apply(&self, spec: &EndpointSetSpec) {
-        let _serial = self.applying.lock();
+        let mut sources = crate::sync::lock(&self.applying);
+        sources.configured = Some(spec.clone());
+        self.rebuild(spec, &sources.discovered);
+    }
+
+    /// Sets the endpoints a discovery source lists; they join the
+    /// configured ones (which stay, as the seed and last resort), with the
+    /// same health checks and policy. An address listed by both is one
+    /// endpoint.
+    pub fn set_discovered(&self, discovered: Vec<Address>) {
+        let mut sources = crate::sync::lock(&self.applying);
+        sources.discovered = discovered;
+        if let Some(spec) = &sources.configured {
+            self.rebuild(spec, &sources.discovered);
+        }
+    }
+
+    fn rebuild(&self, spec: &EndpointSetSpec, discovered: &[Address]) {
         let old = self.members.load_full();
-        let mut endpoints = Vec::with_capacity(spec.endpoints.len());
-        for address in &spec.endpoints {
+        let mut endpoints = Vec::with_capacity(spec.endpoints.len() + discovered.len());
+        for address in spec.endpoints.iter().chain(discovered) {
             let kept = old.endpoints.iter().find(|e| e.address() == address);
             let endpoint = match kept {
                 Some(e) => e.clone(),
