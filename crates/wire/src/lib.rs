@@ -11,5 +11,7 @@ pub mod connect;
 pub mod connect_response;
 pub mod decode;
 pub mod endpointslice;
+pub mod kube_patch;
 pub mod proxy;
 pub mod sni;
+pub mod token_file;

@@ -24,7 +24,6 @@
 //! [`FixtureApi::serve`].
 
 mod http;
-pub mod patch;
 mod selector;
 pub mod tokens;
 
@@ -37,7 +36,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 pub use self::http::FixtureServer;
-pub use patch::PatchKind;
+pub use apiway_wire::kube_patch::{self as patch, PatchKind};
 pub use selector::Selector;
 pub use tokens::StaticToken;
 
@@ -565,7 +564,7 @@ impl FixtureApi {
         namespace: &str,
         name: &str,
         kind: PatchKind,
-        patch: &[u8],
+        body: &[u8],
         status: bool,
     ) -> Result<Value, ApiError> {
         if kind == PatchKind::Strategic && resource.group == GATEWAY_GROUP {
@@ -582,8 +581,8 @@ impl FixtureApi {
             .get(&key(resource, namespace, name))
             .cloned()
             .ok_or_else(|| ApiError::not_found(resource, name))?;
-        let patched = self::patch::apply(kind, &stored, patch)
-            .map_err(|e| ApiError::new(422, "Invalid", e))?;
+        let patched = patch::apply(kind, &stored, body)
+            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?;
         let scope = if status { Scope::Status } else { Scope::Main };
         self.write_in(patched, Write::Replace, scope, Some(resource))
     }

@@ -18,6 +18,23 @@
 
 use serde_json::{Map, Value};
 
+/// Why a patch does not apply: one line naming what in the patch is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PatchError(pub String);
+
+impl From<String> for PatchError {
+    fn from(text: String) -> Self {
+        PatchError(text)
+    }
+}
+
+impl From<&str> for PatchError {
+    fn from(text: &str) -> Self {
+        PatchError(text.to_owned())
+    }
+}
+
 /// The patch formats, by the request's `Content-Type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchKind {
@@ -46,23 +63,25 @@ impl PatchKind {
 
 /// Applies `patch` (the request body) of `kind` to `target`; the error is
 /// one line saying what in the patch is wrong.
-pub fn apply(kind: PatchKind, target: &Value, patch: &[u8]) -> Result<Value, String> {
+pub fn apply(kind: PatchKind, target: &Value, patch: &[u8]) -> Result<Value, PatchError> {
     let patch: Value =
         serde_json::from_slice(patch).map_err(|e| format!("the patch is not JSON: {e}"))?;
     let mut out = target.clone();
     match kind {
         PatchKind::Merge => {
             if !patch.is_object() {
-                return Err("a merge patch must be a JSON object".into());
+                return Err(PatchError::from("a merge patch must be a JSON object"));
             }
             merge(&mut out, &patch);
         }
-        PatchKind::Json => json_patch(&mut out, &patch)?,
+        PatchKind::Json => json_patch(&mut out, &patch).map_err(PatchError)?,
         PatchKind::Strategic => {
             let Value::Object(patch) = patch else {
-                return Err("a strategic merge patch must be a JSON object".into());
+                return Err(PatchError::from(
+                    "a strategic merge patch must be a JSON object",
+                ));
             };
-            strategic(&mut out, &patch)?;
+            strategic(&mut out, &patch).map_err(PatchError)?;
         }
     }
     Ok(out)
@@ -411,7 +430,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn run(kind: PatchKind, target: Value, patch: Value) -> Result<Value, String> {
+    fn run(kind: PatchKind, target: Value, patch: Value) -> Result<Value, PatchError> {
         apply(kind, &target, patch.to_string().as_bytes())
     }
 
