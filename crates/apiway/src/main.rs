@@ -349,7 +349,7 @@ fn main() -> std::process::ExitCode {
                         let text = std::fs::read_to_string(path).map_err(|e| {
                             anyhow::anyhow!("--token-file {}: {e}", path.display())
                         })?;
-                        let tokens = apiway_wire::token_file::parse_token_file(&text)
+                        let tokens = apiway_standin::fixture_api::tokens::parse_token_file(&text)
                             .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", path.display()))?;
                         api.set_tokens(tokens);
                     }

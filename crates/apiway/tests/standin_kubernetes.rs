@@ -1,0 +1,366 @@
+//! `apiway standin --kubernetes-api`, driven by real kubectl the way a user
+//! would: applies and re-applies (client-side apply's strategic merge
+//! patches), labels, annotates, JSON and merge patches, status
+//! subresources, finalizers, paging, watches, TokenReview and bearer-token
+//! authentication. Where the fixture departs from a real API server the
+//! test says so.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use apiway_test_support::peers::KubeApiProcess;
+use serde_json::Value;
+
+const APIWAY: &str = env!("CARGO_BIN_EXE_apiway");
+
+fn json(text: &str) -> Result<Value> {
+    serde_json::from_str(text).with_context(|| format!("not JSON: {text}"))
+}
+
+const GATEWAY_API: &str = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: apiway}
+spec: {controllerName: apiway.dev/gateway}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: seed}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: api, namespace: seed}
+spec:
+  gatewayClassName: apiway
+  listeners:
+  - {name: tls, port: 443, protocol: TLS, tls: {mode: Passthrough}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {name: cluster-a, namespace: seed}
+spec:
+  parentRefs: [{name: api}]
+  hostnames: [api.a.example.com]
+  rules: [{backendRefs: [{name: kube-apiserver, port: 443}]}]
+---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: allow, namespace: seed}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: TLSRoute, namespace: seed}]
+  to: [{group: "", kind: Service}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: kube-apiserver, namespace: seed, labels: {app: api}}
+spec:
+  ports: [{name: https, port: 443, targetPort: 6443}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kube-apiserver-1
+  namespace: seed
+  labels: {kubernetes.io/service-name: kube-apiserver}
+addressType: IPv4
+endpoints: [{addresses: [10.0.0.1], conditions: {ready: true}}]
+ports: [{name: https, port: 6443}]
+---
+apiVersion: coordination.k8s.io/v1
+kind: Lease
+metadata: {name: apiway-status, namespace: seed}
+spec: {holderIdentity: a, leaseDurationSeconds: 15}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_every_kind_apiway_uses() -> Result<()> {
+    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    let applied = kube.apply(GATEWAY_API).await?;
+    ensure!(applied.matches("created").count() == 8, "{applied}");
+    // Short names from discovery; cluster-scoped and namespaced kinds.
+    let gc = json(
+        &kube
+            .kubectl(&["get", "gatewayclass", "apiway", "-o", "json"])
+            .await?,
+    )?;
+    ensure!(gc["spec"]["controllerName"] == "apiway.dev/gateway");
+    let routes = kube
+        .kubectl(&["get", "tlsroutes", "-n", "seed", "-o", "name"])
+        .await?;
+    ensure!(
+        routes.trim() == "tlsroute.gateway.networking.k8s.io/cluster-a",
+        "{routes}"
+    );
+    ensure!(kube
+        .kubectl(&["get", "gtw", "-n", "seed", "-o", "name"])
+        .await?
+        .contains("gateway"));
+
+    // Re-apply with a change: client-side apply's three-way patch.
+    let changed = GATEWAY_API.replace(
+        "hostnames: [api.a.example.com]",
+        "hostnames: [api.b.example.com]",
+    );
+    let reapplied = kube.apply(&changed).await?;
+    ensure!(
+        reapplied.contains("tlsroute.gateway.networking.k8s.io/cluster-a configured"),
+        "{reapplied}"
+    );
+    let route = json(
+        &kube
+            .kubectl(&["get", "tlsroute", "cluster-a", "-n", "seed", "-o", "json"])
+            .await?,
+    )?;
+    ensure!(route["spec"]["hostnames"][0] == "api.b.example.com");
+    ensure!(
+        route["metadata"]["generation"] == 2,
+        "generation follows spec changes: {route}"
+    );
+
+    // Status is a subresource: a write of the object keeps it, a write of
+    // /status changes only it.
+    kube.kubectl(&[
+        "patch", "tlsroute", "cluster-a", "-n", "seed", "--subresource=status", "--type=merge",
+        "-p", r#"{"status":{"parents":[{"parentRef":{"name":"api"},"controllerName":"apiway.dev/gateway","conditions":[{"type":"Accepted","status":"True","reason":"Accepted","message":"","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":2}]}]},"spec":{"hostnames":["ignored.example.com"]}}"#,
+    ])
+    .await?;
+    let route = json(
+        &kube
+            .kubectl(&["get", "tlsroute", "cluster-a", "-n", "seed", "-o", "json"])
+            .await?,
+    )?;
+    ensure!(
+        route["status"]["parents"][0]["conditions"][0]["type"] == "Accepted",
+        "{route}"
+    );
+    ensure!(
+        route["spec"]["hostnames"][0] == "api.b.example.com",
+        "a status write changed spec"
+    );
+    kube.kubectl(&["label", "tlsroute", "cluster-a", "-n", "seed", "team=a"])
+        .await?;
+    let route = json(
+        &kube
+            .kubectl(&["get", "tlsroute", "cluster-a", "-n", "seed", "-o", "json"])
+            .await?,
+    )?;
+    ensure!(
+        route["status"]["parents"].is_array(),
+        "a write of the object dropped its status"
+    );
+    // A strategic merge patch of a custom resource is refused, as on a real
+    // API server.
+    let refused = kube
+        .kubectl(&[
+            "patch",
+            "tlsroute",
+            "cluster-a",
+            "-n",
+            "seed",
+            "--type=strategic",
+            "-p",
+            "{}",
+        ])
+        .await
+        .expect_err("strategic merge on a custom resource");
+    ensure!(
+        refused
+            .to_string()
+            .contains("strategic merge patch is not supported"),
+        "{refused}"
+    );
+
+    // A Service's status (what a cloud controller writes), JSON patch.
+    kube.kubectl(&[
+        "patch", "service", "kube-apiserver", "-n", "seed", "--subresource=status", "--type=json",
+        "-p", r#"[{"op":"add","path":"/status","value":{"loadBalancer":{"ingress":[{"ip":"192.0.2.10"}]}}}]"#,
+    ])
+    .await?;
+    let ip = kube
+        .kubectl(&[
+            "get",
+            "svc",
+            "kube-apiserver",
+            "-n",
+            "seed",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].ip}",
+        ])
+        .await?;
+    ensure!(ip == "192.0.2.10", "{ip}");
+    kube.kubectl(&["annotate", "svc", "kube-apiserver", "-n", "seed", "note=x"])
+        .await?;
+    let svc = json(
+        &kube
+            .kubectl(&["get", "svc", "kube-apiserver", "-n", "seed", "-o", "json"])
+            .await?,
+    )?;
+    ensure!(
+        svc["metadata"]["annotations"]["note"] == "x"
+            && svc["status"]["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.10"
+    );
+
+    // Paging: kubectl's --chunk-size sends limit and follows continue.
+    for i in 0..7 {
+        kube.kubectl(&["create", "configmap", &format!("cm-{i}"), "-n", "seed"])
+            .await?;
+    }
+    let names = kube
+        .kubectl(&[
+            "get",
+            "configmaps",
+            "-n",
+            "seed",
+            "--chunk-size=2",
+            "-o",
+            "name",
+        ])
+        .await?;
+    ensure!(names.lines().count() == 7, "{names}");
+
+    // Finalizers: delete marks, removal of the last finalizer deletes.
+    kube.apply(
+        "apiVersion: v1\nkind: Node\nmetadata: {name: n1, finalizers: [example.com/hold]}\n",
+    )
+    .await?;
+    kube.kubectl(&["delete", "node", "n1", "--wait=false"])
+        .await?;
+    let ts = kube
+        .kubectl(&[
+            "get",
+            "node",
+            "n1",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ])
+        .await?;
+    ensure!(!ts.is_empty(), "deletionTimestamp is set");
+    kube.kubectl(&[
+        "patch",
+        "node",
+        "n1",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])
+    .await?;
+    ensure!(
+        kube.kubectl(&["get", "node", "n1"]).await.is_err(),
+        "n1 is gone"
+    );
+
+    // A watch sees a change.
+    let mut watch = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kube.kubeconfig())
+        .args([
+            "get",
+            "leases",
+            "-n",
+            "seed",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    kube.kubectl(&[
+        "patch",
+        "lease",
+        "apiway-status",
+        "-n",
+        "seed",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"holderIdentity":"b"}}"#,
+    ])
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    watch.kill().await?;
+    let out = watch.wait_with_output().await?;
+    let seen = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        seen.contains("\"MODIFIED\"") && seen.contains("\"holderIdentity\":\"b\""),
+        "{seen}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_authenticate_and_token_reviews_answer() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "admin-token,admin,1,\"system:masters\"\nagent-token,system:serviceaccount:kube-system:apiway-agent,2,\"system:serviceaccounts\",\"apiway-tunnel\"\n",
+    )?;
+    let tokens = tokens.to_string_lossy().into_owned();
+    let kube = KubeApiProcess::start_with(
+        APIWAY.as_ref(),
+        &["--token-file", &tokens],
+        Some("admin-token"),
+    )
+    .await?;
+    kube.kubectl(&["get", "nodes"]).await?;
+
+    // A kubeconfig with an unknown token: 401, in kubectl's words.
+    let bad = dir.path().join("bad-kubeconfig");
+    std::fs::write(
+        &bad,
+        apiway_test_support::peers::kubeconfig_text(kube.addr(), kube.ca_file(), "wrong"),
+    )?;
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&bad)
+        .args(["get", "nodes"])
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(
+        !out.status.success() && stderr.contains("Unauthorized"),
+        "{stderr}"
+    );
+
+    let review = |token: &str, audience: &str| {
+        format!(
+            "apiVersion: authentication.k8s.io/v1\nkind: TokenReview\nmetadata: {{name: r}}\nspec: {{token: {token}, audiences: [{audience}]}}\n"
+        )
+    };
+    let answer = |text: String| -> Result<Value> { json(&text) };
+    let ok = answer(
+        kube.kubectl_with_input(
+            &["create", "--validate=false", "-o", "json", "-f", "-"],
+            Some(&review("agent-token", "apiway-tunnel")),
+        )
+        .await?,
+    )?;
+    ensure!(ok["status"]["authenticated"] == true, "{ok}");
+    ensure!(ok["status"]["user"]["username"] == "system:serviceaccount:kube-system:apiway-agent");
+    ensure!(ok["status"]["audiences"][0] == "apiway-tunnel");
+    let wrong_audience = answer(
+        kube.kubectl_with_input(
+            &["create", "--validate=false", "-o", "json", "-f", "-"],
+            Some(&review("agent-token", "other")),
+        )
+        .await?,
+    )?;
+    ensure!(
+        wrong_audience["status"]["authenticated"] == false,
+        "{wrong_audience}"
+    );
+    let unknown = answer(
+        kube.kubectl_with_input(
+            &["create", "--validate=false", "-o", "json", "-f", "-"],
+            Some(&review("nope", "apiway-tunnel")),
+        )
+        .await?,
+    )?;
+    ensure!(unknown["status"]["authenticated"] == false, "{unknown}");
+    // Departure from a real API server: TokenReviews are not stored, and
+    // a `get` of one is refused the same way (405 instead of 404).
+    ensure!(kube.kubectl(&["get", "tokenreviews"]).await.is_err());
+    Ok(())
+}
