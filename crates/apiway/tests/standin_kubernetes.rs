@@ -364,3 +364,75 @@ async fn tokens_authenticate_and_token_reviews_answer() -> Result<()> {
     ensure!(kube.kubectl(&["get", "tokenreviews"]).await.is_err());
     Ok(())
 }
+
+/// The manifests in `deploy/` apply (the fixture stores them; it runs no
+/// pods), and the roles that watch their Node get `NODE_NAME` from the
+/// downward API and the RBAC to read Nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_manifests_apply_with_node_name_and_rbac() -> Result<()> {
+    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    kube.apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: kube-system}\n")
+        .await?;
+    for (manifest, namespace, kind, name) in [
+        (
+            "deploy/gateway/gateway.yaml",
+            "apiway",
+            "deployment",
+            "apiway-gateway",
+        ),
+        (
+            "deploy/agent/daemonset.yaml",
+            "kube-system",
+            "daemonset",
+            "apiway-agent",
+        ),
+    ] {
+        let text = std::fs::read_to_string(root.join(manifest))?;
+        kube.apply(&text)
+            .await
+            .with_context(|| manifest.to_owned())?;
+        let workload = json(
+            &kube
+                .kubectl(&["get", kind, name, "-n", namespace, "-o", "json"])
+                .await?,
+        )?;
+        let env = &workload["spec"]["template"]["spec"]["containers"][0]["env"];
+        ensure!(
+            env.as_array()
+                .is_some_and(|e| e.iter().any(|v| v["name"] == "NODE_NAME"
+                    && v["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName")),
+            "{manifest}: NODE_NAME from the downward API: {env}"
+        );
+        let account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let bindings = json(
+            &kube
+                .kubectl(&["get", "clusterrolebindings", "-o", "json"])
+                .await?,
+        )?;
+        let roles = json(&kube.kubectl(&["get", "clusterroles", "-o", "json"]).await?)?;
+        let bound = bindings["items"].as_array().into_iter().flatten().any(|b| {
+            b["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == account.as_str())
+                && roles["items"].as_array().into_iter().flatten().any(|r| {
+                    r["metadata"]["name"] == b["roleRef"]["name"]
+                        && r["rules"].as_array().into_iter().flatten().any(|rule| {
+                            rule["resources"]
+                                .as_array()
+                                .is_some_and(|x| x.contains(&"nodes".into()))
+                                && rule["verbs"]
+                                    .as_array()
+                                    .is_some_and(|v| v.contains(&"watch".into()))
+                        })
+                })
+        });
+        ensure!(bound, "{manifest}: {account} may not watch nodes");
+    }
+    Ok(())
+}

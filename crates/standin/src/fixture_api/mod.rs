@@ -146,6 +146,52 @@ pub const RESOURCES: &[Resource] = &[
         short_names: &[],
         status: false,
     },
+    group(
+        "apps",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+    ),
+    group(
+        "apps",
+        "daemonsets",
+        "daemonset",
+        "DaemonSet",
+        true,
+        &["ds"],
+        true,
+    ),
+    group(
+        RBAC,
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        false,
+        &[],
+        false,
+    ),
+    group(
+        RBAC,
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+    ),
+    group(RBAC, "roles", "role", "Role", true, &[], false),
+    group(
+        RBAC,
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+        &[],
+        false,
+    ),
     gateway(
         "gatewayclasses",
         "gatewayclass",
@@ -177,6 +223,31 @@ const fn core(
 ) -> Resource {
     Resource {
         group: "",
+        version: "v1",
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names,
+        status,
+    }
+}
+
+const RBAC: &str = "rbac.authorization.k8s.io";
+
+/// A `v1` resource of a named group (what `deploy/` manifests hold, so
+/// they apply; the fixture stores them and runs nothing).
+const fn group(
+    group: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    status: bool,
+) -> Resource {
+    Resource {
+        group,
         version: "v1",
         plural,
         singular,
