@@ -129,7 +129,7 @@ impl Collector for NodeCollector {
             let age = ConstGauge::new(age);
             let metric = encoder.encode_descriptor(
                 "node_last_event_age_seconds",
-                "Seconds since the last event about this Node (a list, a watch event or a bookmark)",
+                "Seconds since the last event about this Node (a list or a watch event)",
                 None,
                 age.metric_type(),
             )?;

@@ -19,10 +19,7 @@ async fn standin(pki: &Pki, name: &str, api: &str) -> Result<StandinServer> {
         &["kubernetes.default", "localhost"],
         &[std::net::IpAddr::from([127, 0, 0, 1])],
     )?;
-    Ok(
-        StandinServer::start(StandinConfig::new(name, any_port(), cert).with_api_upstream(api))
-            .await?,
-    )
+    StandinServer::start(StandinConfig::new(name, any_port(), cert).with_api_upstream(api)).await
 }
 
 /// Which stand-in answers a request through the agent, waiting up to 5 s
