@@ -494,11 +494,18 @@ mod tests {
         drop(child);
         assert!(!dir.exists());
         let pid = Pid::from_raw(grandchild).expect("pid");
-        // The grandchild was in the group: it is gone (or a zombie of init).
-        let alive = std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false);
-        assert!(!alive, "{pid:?} survived");
+        // The grandchild was in the group: it is gone (or a zombie of init)
+        // once the SIGKILL is delivered, which takes a moment.
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{grandchild}/stat"))
+                .map(|s| !s.contains(") Z "))
+                .unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while alive() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!alive(), "{pid:?} survived");
     }
 
     #[tokio::test]

@@ -28,9 +28,20 @@ routes:
     ))
     .await?;
 
-    for path in ["/livez", "/readyz", "/healthz"] {
+    let (status, body) = gateway.admin_get("/readyz").await?;
+    ensure!(status == 200 && body == "ok\n", "/readyz: {status} {body:?}");
+    // /livez and /healthz answer in kube-proxy's shape; node-unaware, so
+    // without `nodeEligible`.
+    for path in ["/livez", "/healthz"] {
         let (status, body) = gateway.admin_get(path).await?;
-        ensure!(status == 200 && body == "ok\n", "{path}: {status} {body:?}");
+        let json: serde_json::Value = serde_json::from_str(&body)?;
+        ensure!(
+            status == 200
+                && json["lastUpdated"].is_string()
+                && json["currentTime"].is_string()
+                && json.get("nodeEligible").is_none(),
+            "{path}: {status} {body:?}"
+        );
     }
     ensure!(gateway.admin_get("/no-such-path").await?.0 == 404);
 
