@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod bootstrap;
 mod demo;
 mod endpoints;
 
@@ -62,6 +63,11 @@ enum Role {
     /// TLS, /readyz, latency), with blocks and the endpoint a request would
     /// take. Exits 1 when that endpoint failed its probe.
     Endpoints(endpoints::EndpointsArgs),
+    /// Cluster-owned API load balancers: render the Service manifests per
+    /// cloud, wait until they are Ready (ingress and a ready endpoint),
+    /// print each bootstrap stage's DNS records.
+    #[command(subcommand)]
+    Bootstrap(bootstrap::BootstrapCommand),
     /// Run a stand-in Kubernetes API server (real TLS, HTTP/1.1 and HTTP/2,
     /// /readyz, /version) for trying things out and for tests.
     Standin {
@@ -312,6 +318,7 @@ fn main() -> std::process::ExitCode {
             }
             Role::Demo => demo::run().await,
             Role::Endpoints(args) => endpoints::run(args).await,
+            Role::Bootstrap(command) => bootstrap::run(command).await,
             Role::Standin {
                 name,
                 listen,
@@ -382,6 +389,10 @@ fn main() -> std::process::ExitCode {
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<bootstrap::Exit>().is_some() => {
+            let code = e.downcast_ref::<bootstrap::Exit>().map_or(1, |x| x.0);
+            std::process::ExitCode::from(code)
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
