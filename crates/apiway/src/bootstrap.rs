@@ -87,7 +87,11 @@ pub struct RenderArgs {
     #[arg(long, value_name = "KEY=VALUE", default_value = "app=kube-apiserver")]
     selector: Vec<String>,
     /// Pod selector of the machine-config server's Service.
-    #[arg(long, value_name = "KEY=VALUE", default_value = "app=machine-config-server")]
+    #[arg(
+        long,
+        value_name = "KEY=VALUE",
+        default_value = "app=machine-config-server"
+    )]
     machine_config_selector: Vec<String>,
     /// Which Services to write (repeatable) [default: external, internal].
     #[arg(long = "service", value_enum)]
@@ -152,8 +156,9 @@ fn usage(problems: &[String]) -> anyhow::Error {
 pub async fn run(command: BootstrapCommand) -> anyhow::Result<()> {
     match command {
         BootstrapCommand::Render(args) => {
-            let controller = render::Controller::pick(args.platform, args.cloud_controller.as_deref())
-                .map_err(|e| usage(&[e]))?;
+            let controller =
+                render::Controller::pick(args.platform, args.cloud_controller.as_deref())
+                    .map_err(|e| usage(&[e]))?;
             let selector = render::parse_selector("--selector", &args.selector);
             let mc_selector =
                 render::parse_selector("--machine-config-selector", &args.machine_config_selector);
@@ -216,7 +221,9 @@ pub async fn run(command: BootstrapCommand) -> anyhow::Result<()> {
             let mut problems = Vec::new();
             for s in &args.services {
                 match s.split_once('/') {
-                    Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    Some((ns, name))
+                        if !ns.is_empty() && !name.is_empty() && !name.contains('/') =>
+                    {
                         services.push((ns.to_owned(), name.to_owned()))
                     }
                     _ => problems.push(format!("--service {s:?}: write NAMESPACE/NAME")),

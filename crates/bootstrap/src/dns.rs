@@ -127,7 +127,12 @@ pub fn records(input: &DnsInput) -> Vec<Record> {
     };
     add("public", "api", &input.public_lb);
     let private: Vec<IpAddr> = if input.stage < 3 {
-        input.bootstrap.iter().chain(&input.private_lb).copied().collect()
+        input
+            .bootstrap
+            .iter()
+            .chain(&input.private_lb)
+            .copied()
+            .collect()
     } else {
         input.private_lb.clone()
     };
@@ -175,7 +180,10 @@ mod tests {
             stage,
             domain: "c1.example.com".into(),
             bootstrap: vec!["10.0.0.5".parse().unwrap()],
-            public_lb: vec!["203.0.113.10".parse().unwrap(), "2001:db8::10".parse().unwrap()],
+            public_lb: vec![
+                "203.0.113.10".parse().unwrap(),
+                "2001:db8::10".parse().unwrap(),
+            ],
             private_lb: vec!["10.0.0.100".parse().unwrap()],
             ttl: 30,
         }
@@ -190,7 +198,13 @@ mod tests {
         assert_eq!(records(&input(1)), records(&input(2)));
         let three = records(&input(3));
         assert!(three.iter().all(|r| r.address.to_string() != "10.0.0.5"));
-        assert_eq!(three.iter().filter(|r| r.name.starts_with("api-int")).count(), 1);
+        assert_eq!(
+            three
+                .iter()
+                .filter(|r| r.name.starts_with("api-int"))
+                .count(),
+            1
+        );
     }
 
     #[test]
@@ -206,6 +220,9 @@ mod tests {
         assert!(validate(&input(3)).is_empty());
         let mut three = input(3);
         three.bootstrap.clear();
-        assert!(validate(&three).is_empty(), "stage 3 needs no bootstrap host");
+        assert!(
+            validate(&three).is_empty(),
+            "stage 3 needs no bootstrap host"
+        );
     }
 }

@@ -154,7 +154,10 @@ fn is_public(ip: &IpAddr) -> bool {
         }
         IpAddr::V6(v6) => {
             let first = v6.segments()[0];
-            !(v6.is_loopback() || v6.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80)
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
         }
     }
 }
@@ -177,7 +180,10 @@ pub fn render(input: &RenderInput) -> Result<Rendered, Vec<String>> {
     let internal_wanted = wants(Which::Internal) || wants(Which::MachineConfig);
 
     // Addresses against what each controller takes.
-    for (flag, given, want_public) in [("--public-ip", &public, true), ("--private-ip", &private, false)] {
+    for (flag, given, want_public) in [
+        ("--public-ip", &public, true),
+        ("--private-ip", &private, false),
+    ] {
         for g in given {
             match g {
                 Given::Ip(ip) if want_public && !is_public(ip) => problems.push(format!(
@@ -204,7 +210,10 @@ pub fn render(input: &RenderInput) -> Result<Rendered, Vec<String>> {
             .collect();
         let v4 = ips.iter().filter(|ip| ip.is_ipv4()).count();
         let v6 = ips.len() - v4;
-        let aws = matches!(input.controller, Controller::AwsLbController | Controller::AwsLegacy);
+        let aws = matches!(
+            input.controller,
+            Controller::AwsLbController | Controller::AwsLegacy
+        );
         if !aws && (v4 > 1 || v6 > 1 || given.len() > 2) {
             problems.push(format!(
                 "{flag}: at most one IPv4 and one IPv6 address per load balancer on this platform"
@@ -221,16 +230,27 @@ pub fn render(input: &RenderInput) -> Result<Rendered, Vec<String>> {
             ));
         }
     }
-    let aws = matches!(input.controller, Controller::AwsLbController | Controller::AwsLegacy);
+    let aws = matches!(
+        input.controller,
+        Controller::AwsLbController | Controller::AwsLegacy
+    );
     if !aws && (!input.eip_allocations.is_empty() || !input.subnets.is_empty()) {
         problems.push("--eip-allocation and --subnet are for --platform aws".into());
     }
     if aws {
-        if let Some(bad) = input.eip_allocations.iter().find(|e| !e.starts_with("eipalloc-")) {
-            problems.push(format!("--eip-allocation {bad}: an allocation ID looks like eipalloc-0123abcd"));
+        if let Some(bad) = input
+            .eip_allocations
+            .iter()
+            .find(|e| !e.starts_with("eipalloc-"))
+        {
+            problems.push(format!(
+                "--eip-allocation {bad}: an allocation ID looks like eipalloc-0123abcd"
+            ));
         }
         if let Some(bad) = input.subnets.iter().find(|s| !s.starts_with("subnet-")) {
-            problems.push(format!("--subnet {bad}: a subnet ID looks like subnet-0123abcd"));
+            problems.push(format!(
+                "--subnet {bad}: a subnet ID looks like subnet-0123abcd"
+            ));
         }
         if !input.eip_allocations.is_empty() && input.eip_allocations.len() != input.subnets.len() {
             problems.push(format!(
@@ -259,9 +279,14 @@ pub fn render(input: &RenderInput) -> Result<Rendered, Vec<String>> {
     if input.services.is_empty() {
         problems.push("--service: name at least one of external, internal, machine-config".into());
     }
-    for (flag, selector) in [("--selector", &input.selector), ("--machine-config-selector", &input.machine_config_selector)] {
+    for (flag, selector) in [
+        ("--selector", &input.selector),
+        ("--machine-config-selector", &input.machine_config_selector),
+    ] {
         if selector.is_empty() {
-            problems.push(format!("{flag}: a Service needs a pod selector (key=value)"));
+            problems.push(format!(
+                "{flag}: a Service needs a pod selector (key=value)"
+            ));
         }
     }
     if !problems.is_empty() {
@@ -325,11 +350,20 @@ fn service(
                 put(AZURE_INTERNAL, "true");
             }
             for ip in &ips {
-                put(if ip.is_ipv4() { AZURE_IPV4 } else { AZURE_IPV6 }, &ip.to_string());
+                put(
+                    if ip.is_ipv4() { AZURE_IPV4 } else { AZURE_IPV6 },
+                    &ip.to_string(),
+                );
             }
             if api {
-                put("service.beta.kubernetes.io/port_6443_health-probe_protocol", "https");
-                put("service.beta.kubernetes.io/port_6443_health-probe_request-path", "/readyz");
+                put(
+                    "service.beta.kubernetes.io/port_6443_health-probe_protocol",
+                    "https",
+                );
+                put(
+                    "service.beta.kubernetes.io/port_6443_health-probe_request-path",
+                    "/readyz",
+                );
             }
         }
         Controller::Gke => {
@@ -354,12 +388,22 @@ fn service(
         Controller::AwsLbController => {
             put(&format!("{AWS}type"), "external");
             put(&format!("{AWS}nlb-target-type"), "ip");
-            put(&format!("{AWS}scheme"), if internal { "internal" } else { "internet-facing" });
+            put(
+                &format!("{AWS}scheme"),
+                if internal {
+                    "internal"
+                } else {
+                    "internet-facing"
+                },
+            );
             if !input.subnets.is_empty() {
                 put(&format!("{AWS}subnets"), &input.subnets.join(","));
             }
             if !internal && !input.eip_allocations.is_empty() {
-                put(&format!("{AWS}eip-allocations"), &input.eip_allocations.join(","));
+                put(
+                    &format!("{AWS}eip-allocations"),
+                    &input.eip_allocations.join(","),
+                );
             }
             if internal && !ips.is_empty() {
                 let list: Vec<String> = ips.iter().map(IpAddr::to_string).collect();
@@ -377,7 +421,10 @@ fn service(
                 put(&format!("{AWS}internal"), "true");
             }
             if !internal && !input.eip_allocations.is_empty() {
-                put(&format!("{AWS}eip-allocations"), &input.eip_allocations.join(","));
+                put(
+                    &format!("{AWS}eip-allocations"),
+                    &input.eip_allocations.join(","),
+                );
             }
             if api {
                 put(&format!("{AWS}healthcheck-protocol"), "HTTPS");

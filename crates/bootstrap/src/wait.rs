@@ -117,12 +117,7 @@ pub fn ready_endpoints(slice: &EndpointSlice) -> usize {
     slice
         .endpoints
         .iter()
-        .filter(|e| {
-            e.conditions
-                .as_ref()
-                .and_then(|c| c.ready)
-                .unwrap_or(true)
-        })
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
         .count()
 }
 
@@ -229,15 +224,20 @@ pub async fn wait(
         let svc: Api<Service> = Api::namespaced(client.clone(), ns);
         let k = key.clone();
         streams.push(Box::pin(
-            watcher::watcher(svc, watcher::Config::default().fields(&format!("metadata.name={name}")))
-                .default_backoff()
-                .map(move |item| match item {
-                    Ok(Event::Apply(s) | Event::InitApply(s)) => Update::ServiceApply(k.clone(), Box::new(s)),
-                    Ok(Event::Delete(_)) => Update::ServiceGone(k.clone()),
-                    Ok(Event::Init) => Update::ServiceInit(k.clone()),
-                    Ok(Event::InitDone) => Update::ServiceInitDone(k.clone()),
-                    Err(e) => Update::Error(format!("{k}: {e}")),
-                }),
+            watcher::watcher(
+                svc,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            )
+            .default_backoff()
+            .map(move |item| match item {
+                Ok(Event::Apply(s) | Event::InitApply(s)) => {
+                    Update::ServiceApply(k.clone(), Box::new(s))
+                }
+                Ok(Event::Delete(_)) => Update::ServiceGone(k.clone()),
+                Ok(Event::Init) => Update::ServiceInit(k.clone()),
+                Ok(Event::InitDone) => Update::ServiceInitDone(k.clone()),
+                Err(e) => Update::Error(format!("{k}: {e}")),
+            }),
         ));
         let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), ns);
         let k = key.clone();
@@ -275,7 +275,8 @@ pub async fn wait(
                             Ok(Event::Apply(e) | Event::InitApply(e))
                                 if e.type_.as_deref() == Some("Warning")
                                     && e.involved_object.kind.as_deref() == Some("Service")
-                                    && e.involved_object.name.as_deref() == Some(wanted.as_str()) =>
+                                    && e.involved_object.name.as_deref()
+                                        == Some(wanted.as_str()) =>
                             {
                                 Some(Update::Warning(
                                     k,
@@ -305,7 +306,13 @@ pub async fn wait(
             .collect(),
     };
     let mut last = judge(&states);
-    report(&last);
+    // The first report waits for the first list of every Service and its
+    // slices, so it does not call an existing Service missing.
+    let mut unsynced: std::collections::BTreeSet<(String, bool)> = states
+        .keys()
+        .flat_map(|k| [(k.clone(), false), (k.clone(), true)])
+        .collect();
+    let mut reported = false;
     // Relists in progress: the Services seen so far, the slices so far.
     let mut service_relist: BTreeMap<String, bool> = BTreeMap::new();
     let mut slice_relist: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
@@ -340,6 +347,7 @@ pub async fn wait(
                 }
             }
             Update::ServiceInitDone(k) => {
+                unsynced.remove(&(k.clone(), false));
                 if service_relist.remove(&k) == Some(false) {
                     if let Some(state) = states.get_mut(&k) {
                         state.exists = false;
@@ -368,6 +376,7 @@ pub async fn wait(
                 }
             }
             Update::SlicesInitDone(k) => {
+                unsynced.remove(&(k.clone(), true));
                 let listed = slice_relist.remove(&k).unwrap_or_default();
                 if let Some(state) = states.get_mut(&k) {
                     state.ready_by_slice = listed;
@@ -388,13 +397,17 @@ pub async fn wait(
                 continue;
             }
         }
+        if !unsynced.is_empty() {
+            continue;
+        }
         let now = judge(&states);
         if now.ready() {
             report(&now);
             return Outcome::Ready;
         }
-        if now != last {
+        if now != last || !reported {
             report(&now);
+            reported = true;
             last = now;
         }
     }
@@ -409,7 +422,10 @@ mod tests {
         let mut s = ServiceState::default();
         assert_eq!(s.blocking(&[]), [Blocking::NotFound]);
         s.exists = true;
-        assert_eq!(s.blocking(&[]), [Blocking::NoIngress, Blocking::NoReadyEndpoints]);
+        assert_eq!(
+            s.blocking(&[]),
+            [Blocking::NoIngress, Blocking::NoReadyEndpoints]
+        );
         s.ingress = vec!["lb.example.elb.amazonaws.com".into()];
         assert_eq!(s.blocking(&[]), [Blocking::NoReadyEndpoints]);
         s.ready_by_slice.insert("a".into(), 1);
@@ -417,6 +433,8 @@ mod tests {
         let reserved: IpAddr = "203.0.113.10".parse().unwrap();
         assert_eq!(s.blocking(&[reserved])[0].name(), "IngressMismatch");
         s.ingress = vec!["203.0.113.10".into(), "2001:db8::10".into()];
-        assert!(s.blocking(&[reserved, "2001:db8::10".parse().unwrap()]).is_empty());
+        assert!(s
+            .blocking(&[reserved, "2001:db8::10".parse().unwrap()])
+            .is_empty());
     }
 }

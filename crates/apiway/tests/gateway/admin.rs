@@ -29,7 +29,10 @@ routes:
     .await?;
 
     let (status, body) = gateway.admin_get("/readyz").await?;
-    ensure!(status == 200 && body == "ok\n", "/readyz: {status} {body:?}");
+    ensure!(
+        status == 200 && body == "ok\n",
+        "/readyz: {status} {body:?}"
+    );
     // /livez and /healthz answer in kube-proxy's shape; node-unaware, so
     // without `nodeEligible`.
     for path in ["/livez", "/healthz"] {
