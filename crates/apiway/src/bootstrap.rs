@@ -116,6 +116,18 @@ pub struct WaitArgs {
     /// The ingress must be this reserved address (repeatable).
     #[arg(long, value_name = "IP")]
     expect_ingress: Vec<IpAddr>,
+    /// Also require a TLS connection and `GET /readyz` answering 2xx
+    /// through each ingress address, on the Service's port.
+    #[arg(long)]
+    probe: bool,
+    /// --probe: verify the API servers' certificates with this CA (PEM)
+    /// [default: the certificate is not verified].
+    #[arg(long, value_name = "FILE", requires = "probe")]
+    probe_ca: Option<PathBuf>,
+    /// --probe: the TLS server name to ask for [default: the ingress
+    /// hostname or IP].
+    #[arg(long, value_name = "NAME", requires = "probe")]
+    probe_server_name: Option<String>,
     /// text: a line per Service when something changes; json: a JSON
     /// object per change.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
@@ -240,6 +252,13 @@ pub async fn run(command: BootstrapCommand) -> anyhow::Result<()> {
                 client,
                 &services,
                 &args.expect_ingress,
+                args.probe.then(|| wait::ProbeConfig {
+                    tls: apiway_core::tls::TlsClientOptions {
+                        server_name: args.probe_server_name.clone(),
+                        ca_file: args.probe_ca.clone(),
+                        client_cert: None,
+                    },
+                }),
                 args.timeout,
                 |report| {
                     if json {

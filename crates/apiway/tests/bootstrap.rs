@@ -572,3 +572,41 @@ async fn wait_times_out_with_a_summary() -> Result<()> {
     );
     Ok(())
 }
+
+/// `--probe`: Ready needs a TLS connection and `/readyz` 2xx through the
+/// ingress; an ingress where nothing answers is `ProbeFailed` until the
+/// cloud fixes it. The fixture's own stand-in plays the load balancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_probe_needs_readyz_through_the_ingress() -> Result<()> {
+    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    kube.apply(NAMESPACES).await?;
+    let port = kube.addr().port();
+    kube.apply(&SERVICE.replace(
+        "ports: [{port: 6443}]",
+        &format!("ports: [{{port: {port}}}]"),
+    ))
+    .await?;
+    kube.apply(&slice("internal-lb-1", "true")).await?;
+    // An address where nothing listens on that port.
+    set_ingress(&kube, r#"[{"ip":"127.0.0.2"}]"#).await?;
+    let ca = kube.ca_file().to_string_lossy().into_owned();
+    let mut waiter = Waiter::start(
+        &kube,
+        &[
+            "--service",
+            "openshift-kube-apiserver/internal-lb",
+            "--probe",
+            "--probe-ca",
+            &ca,
+            "--probe-server-name",
+            "localhost",
+        ],
+    )?;
+    waiter.line("ProbeFailed").await?;
+    ensure!(waiter.running());
+    set_ingress(&kube, r#"[{"ip":"127.0.0.1"}]"#).await?;
+    waiter.line("Ready").await?;
+    let (code, stderr) = waiter.exit().await?;
+    ensure!(code == 0, "{code} {stderr}");
+    Ok(())
+}

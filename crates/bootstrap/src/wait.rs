@@ -35,6 +35,9 @@ pub enum Blocking {
     NoReadyEndpoints,
     /// The ingress is not the reserved address `--expect-ingress` names.
     IngressMismatch(String),
+    /// `--probe`: a TLS connection and `GET /readyz` through an ingress
+    /// address failed (or has not run yet).
+    ProbeFailed(String),
 }
 
 impl Blocking {
@@ -45,6 +48,7 @@ impl Blocking {
             Blocking::NoIngress => "NoIngress",
             Blocking::NoReadyEndpoints => "NoReadyEndpoints",
             Blocking::IngressMismatch(_) => "IngressMismatch",
+            Blocking::ProbeFailed(_) => "ProbeFailed",
         }
     }
 }
@@ -60,6 +64,10 @@ pub struct ServiceState {
     pub ready_by_slice: BTreeMap<String, usize>,
     /// Warning events (`Reason: message`), latest last, at most 5.
     pub warnings: Vec<String>,
+    /// The Service's first port (what `--probe` connects to).
+    pub port: u16,
+    /// The last `--probe` result; `None` before the first.
+    pub probed: Option<Result<(), String>>,
 }
 
 impl ServiceState {
@@ -95,6 +103,64 @@ impl ServiceState {
         }
         out
     }
+
+    /// [`blocking`](Self::blocking), and with `probe`, the probe's verdict
+    /// once nothing else blocks.
+    pub fn blocking_probed(&self, expect: &[IpAddr], probe: bool) -> Vec<Blocking> {
+        let mut out = self.blocking(expect);
+        if probe && out.is_empty() {
+            match &self.probed {
+                Some(Ok(())) => {}
+                Some(Err(e)) => out.push(Blocking::ProbeFailed(e.clone())),
+                None => out.push(Blocking::ProbeFailed("not probed yet".into())),
+            }
+        }
+        out
+    }
+
+    /// Whether `--probe` should run now: nothing else blocks.
+    fn probe_due(&self, expect: &[IpAddr]) -> bool {
+        self.blocking(expect).is_empty()
+    }
+}
+
+/// `--probe`: what to trust and which name to ask for.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeConfig {
+    /// CA, server name (default: the ingress hostname or IP).
+    pub tls: apiway_core::tls::TlsClientOptions,
+}
+
+/// Probes every ingress address of `state` on its port: TLS and `GET
+/// /readyz` answering 2xx, each within 3 s.
+async fn probe(state: &mut ServiceState, config: &ProbeConfig) {
+    let mut errors = Vec::new();
+    for ingress in &state.ingress {
+        let addrs: Vec<std::net::SocketAddr> = match ingress.parse::<IpAddr>() {
+            Ok(ip) => vec![std::net::SocketAddr::new(ip, state.port)],
+            Err(_) => match tokio::net::lookup_host((ingress.as_str(), state.port)).await {
+                Ok(found) => found.collect(),
+                Err(e) => {
+                    errors.push(format!("{ingress}: {e}"));
+                    continue;
+                }
+            },
+        };
+        for addr in addrs {
+            let get =
+                apiway_core::endpoint::checker::https_get(ingress, addr, "/readyz", &config.tls);
+            match tokio::time::timeout(Duration::from_secs(3), get).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => errors.push(e),
+                Err(_) => errors.push(format!("{addr}: no answer within 3s")),
+            }
+        }
+    }
+    state.probed = Some(if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    });
 }
 
 /// Ingress entries of a Service.
@@ -149,6 +215,7 @@ impl Report {
                     .iter()
                     .map(|b| match b {
                         Blocking::IngressMismatch(d) => format!("IngressMismatch: {d}"),
+                        Blocking::ProbeFailed(d) => format!("ProbeFailed: {d}"),
                         other => other.name().to_owned(),
                     })
                     .collect::<Vec<_>>()
@@ -210,10 +277,12 @@ enum Update {
 
 /// Waits for `services` (`namespace/name`), calling `report` at the start
 /// and on every change of the verdicts.
+#[allow(clippy::too_many_arguments)]
 pub async fn wait(
     client: kube::Client,
     services: &[(String, String)],
     expect: &[IpAddr],
+    probe_config: Option<ProbeConfig>,
     timeout: Duration,
     mut report: impl FnMut(&Report),
     mut error: impl FnMut(&str),
@@ -299,12 +368,15 @@ pub async fn wait(
         .iter()
         .map(|(ns, name)| (format!("{ns}/{name}"), ServiceState::default()))
         .collect();
+    let probing = probe_config.is_some();
     let judge = |states: &BTreeMap<String, ServiceState>| Report {
         services: states
             .iter()
-            .map(|(k, s)| (k.clone(), (s.clone(), s.blocking(expect))))
+            .map(|(k, s)| (k.clone(), (s.clone(), s.blocking_probed(expect, probing))))
             .collect(),
     };
+    let mut reprobe = tokio::time::interval(Duration::from_secs(1));
+    reprobe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last = judge(&states);
     // The first report waits for the first list of every Service and its
     // slices, so it does not call an existing Service missing.
@@ -322,9 +394,32 @@ pub async fn wait(
         let update = tokio::select! {
             _ = &mut deadline => return Outcome::TimedOut(last),
             update = all.next() => match update {
-                Some(u) => u,
+                Some(u) => Some(u),
                 None => return Outcome::TimedOut(last),
             },
+            _ = reprobe.tick(), if probing => None,
+        };
+        let Some(update) = update else {
+            // A probe that failed is tried again every second.
+            if let Some(config) = &probe_config {
+                for state in states.values_mut() {
+                    if state.probe_due(expect) {
+                        probe(state, config).await;
+                    }
+                }
+            }
+            if unsynced.is_empty() {
+                let now = judge(&states);
+                if now.ready() {
+                    report(&now);
+                    return Outcome::Ready;
+                }
+                if now != last {
+                    report(&now);
+                    last = now;
+                }
+            }
+            continue;
         };
         match update {
             Update::ServiceInit(k) => {
@@ -337,7 +432,18 @@ pub async fn wait(
                 }
                 if let Some(state) = states.get_mut(&k) {
                     state.exists = true;
-                    state.ingress = ingress_of(&service);
+                    let ingress = ingress_of(&service);
+                    if ingress != state.ingress {
+                        state.probed = None;
+                    }
+                    state.ingress = ingress;
+                    state.port = service
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.ports.as_ref())
+                        .and_then(|p| p.first())
+                        .and_then(|p| u16::try_from(p.port).ok())
+                        .unwrap_or(6443);
                 }
             }
             Update::ServiceGone(k) => {
@@ -399,6 +505,13 @@ pub async fn wait(
         }
         if !unsynced.is_empty() {
             continue;
+        }
+        if let Some(config) = &probe_config {
+            for state in states.values_mut() {
+                if state.probe_due(expect) && state.probed.is_none() {
+                    probe(state, config).await;
+                }
+            }
         }
         let now = judge(&states);
         if now.ready() {

@@ -192,22 +192,28 @@ async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> Result<(), String> {
             .await
             .map(drop)
             .map_err(|e| format!("connect {addr}: {e}")),
-        Probe::Https { path, tls } => https_get(endpoint, addr, path, tls).await,
+        Probe::Https { path, tls } => {
+            let host = match &endpoint.address().host {
+                Host::Name(n) => n.clone(),
+                Host::Ip(ip) => ip.to_string(),
+            };
+            https_get(&host, addr, path, tls).await
+        }
     }
 }
 
-async fn https_get(
-    endpoint: &Endpoint,
+/// One HTTPS `GET path` on `addr` that must answer 2xx: the probe of an
+/// `https` health check, for a program that probes once (`apiway
+/// bootstrap wait --probe`). The server name is `tls.server_name`, else
+/// `host`. The error says what failed (connect, TLS, HTTP, the status).
+pub async fn https_get(
+    host: &str,
     addr: SocketAddr,
     path: &str,
     tls: &TlsClientOptions,
 ) -> Result<(), String> {
     let config = cached_client_config(tls, &[b"http/1.1"]).map_err(|e| e.to_string())?;
-    let host = match &endpoint.address().host {
-        Host::Name(n) => n.clone(),
-        Host::Ip(ip) => ip.to_string(),
-    };
-    let name = tls.server_name.clone().unwrap_or(host);
+    let name = tls.server_name.clone().unwrap_or_else(|| host.to_owned());
     let server_name = rustls_pki_types::ServerName::try_from(name.clone())
         .map_err(|e| format!("server name `{name}`: {e}"))?;
     let tcp = TcpStream::connect(addr)
