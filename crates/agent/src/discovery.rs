@@ -18,7 +18,6 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use apiway_client::{Client, ClientConfig, ClientMetrics};
 use apiway_core::endpoint::{Address, EndpointSet};
 use tokio_util::sync::CancellationToken;
@@ -72,17 +71,7 @@ async fn client(
     through: SocketAddr,
     metrics: ClientMetrics,
 ) -> anyhow::Result<Client> {
-    let kube_config = match &spec.kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("--kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::incluster()
-            .context("no --kubeconfig given and no in-cluster service account")?,
-    };
+    let kube_config = apiway_kube::config(spec.kubeconfig.as_deref()).await?;
     let mut config = ClientConfig::from_kube_config(&kube_config)?;
     config.origin = Address::from(through);
     config.origin_server_name = Some(spec.server_name.clone());

@@ -11,10 +11,10 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
-/// A kube-rs client from `kubeconfig`, or from the in-cluster service
-/// account when there is none.
-pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+/// The kube-rs configuration from `kubeconfig`, or from the in-cluster
+/// service account when there is none; errors name `--kubeconfig`.
+pub async fn config(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("--kubeconfig {}", path.display()))?;
@@ -25,6 +25,10 @@ pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
         None => kube::Config::incluster().context(
             "no --kubeconfig given and not running in a cluster (in-cluster service account not found)",
         )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    })
+}
+
+/// A kube-rs client from [`config`].
+pub async fn client(kubeconfig: Option<&Path>) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config(kubeconfig).await?).context("building the Kubernetes client")
 }

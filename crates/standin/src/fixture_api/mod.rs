@@ -212,6 +212,30 @@ pub const RESOURCES: &[Resource] = &[
     ),
 ];
 
+/// A resource of `group`/`version`.
+#[allow(clippy::too_many_arguments)]
+const fn resource_of_group(
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    status: bool,
+) -> Resource {
+    Resource {
+        group,
+        version,
+        plural,
+        singular,
+        kind,
+        namespaced,
+        short_names,
+        status,
+    }
+}
+
 /// A core-group (`/api/v1`) resource.
 const fn core(
     plural: &'static str,
@@ -221,16 +245,16 @@ const fn core(
     short_names: &'static [&'static str],
     status: bool,
 ) -> Resource {
-    Resource {
-        group: "",
-        version: "v1",
+    resource_of_group(
+        "",
+        "v1",
         plural,
         singular,
         kind,
         namespaced,
         short_names,
         status,
-    }
+    )
 }
 
 const RBAC: &str = "rbac.authorization.k8s.io";
@@ -246,16 +270,16 @@ const fn group(
     short_names: &'static [&'static str],
     status: bool,
 ) -> Resource {
-    Resource {
+    resource_of_group(
         group,
-        version: "v1",
+        "v1",
         plural,
         singular,
         kind,
         namespaced,
         short_names,
         status,
-    }
+    )
 }
 
 /// A Gateway API resource (`gateway.networking.k8s.io`); all have a status
@@ -268,16 +292,16 @@ const fn gateway(
     namespaced: bool,
     short_names: &'static [&'static str],
 ) -> Resource {
-    Resource {
-        group: GATEWAY_GROUP,
+    resource_of_group(
+        GATEWAY_GROUP,
         version,
         plural,
         singular,
         kind,
         namespaced,
         short_names,
-        status: true,
-    }
+        true,
+    )
 }
 
 /// The Gateway API's group.
