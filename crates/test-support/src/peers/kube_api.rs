@@ -178,6 +178,12 @@ async fn start_standin(
 
 /// A kubeconfig for the API at `addr` with bearer `token`.
 pub fn kubeconfig_text(addr: SocketAddr, ca_file: &Path, token: &str) -> String {
+    kubeconfig_text_for(&addr.to_string(), ca_file, token)
+}
+
+/// A kubeconfig for the API at `server` (`host:port`) with bearer `token`.
+pub fn kubeconfig_text_for(server: &str, ca_file: &Path, token: &str) -> String {
+    let addr = server;
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: fixture\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\nusers:\n- name: fixture\n  user:\n    token: {token}\ncontexts:\n- name: fixture\n  context: {{cluster: fixture, user: fixture}}\ncurrent-context: fixture\n",
         ca = ca_file.display()

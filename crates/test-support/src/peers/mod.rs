@@ -19,7 +19,7 @@ mod standin_process;
 
 pub use etcd::Etcd;
 pub use haproxy::Haproxy;
-pub use kube_api::{kubeconfig_text, KubeApiProcess};
+pub use kube_api::{kubeconfig_text, kubeconfig_text_for, KubeApiProcess};
 pub use memory::{proc_memory, ProcMemory};
 pub use nginx::{Nginx, NGINX_STREAM_MODULE};
 pub use ports::{free_port, wait_for_port};
