@@ -17,6 +17,7 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
+command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

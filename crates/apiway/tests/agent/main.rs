@@ -22,3 +22,4 @@ mod node_drain;
 mod prefer_local;
 mod proxy;
 mod reload;
+mod round_robin_dns;
