@@ -175,7 +175,17 @@ async fn the_agent_rides_out_round_robin_dns_in_both_bootstrap_windows() -> Resu
             .nth(1)
             .ok_or_else(|| anyhow::anyhow!("no MAC in {link}"))?
             .to_owned();
-        node.ip(&["neigh", "replace", ip, "lladdr", &mac, "dev", dev, "nud", "permanent"])?;
+        node.ip(&[
+            "neigh",
+            "replace",
+            ip,
+            "lladdr",
+            &mac,
+            "dev",
+            dev,
+            "nud",
+            "permanent",
+        ])?;
     }
     let _resolv = Resolv::new(&node)?;
     let dns = dnsmasq(&node)?;
