@@ -57,6 +57,10 @@ impl Role for Agent {
         ]
     }
 
+    fn max_connections(snapshot: &Snapshot) -> Option<u64> {
+        Some((snapshot.max_connections as u64).saturating_mul(snapshot.listen.len() as u64))
+    }
+
     /// Adds the addresses, binds every listener and starts health checks
     /// and DNS resolution. On error nothing stays behind (added addresses
     /// are removed).

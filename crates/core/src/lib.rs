@@ -19,6 +19,7 @@ pub mod duration;
 pub mod endpoint;
 pub mod forward;
 pub mod health;
+pub mod limits;
 pub mod listener;
 pub mod metrics;
 pub mod node;

@@ -38,9 +38,15 @@ impl ReloadMetrics {
         );
         registry.register(
             "config_last_success_timestamp_seconds",
-            "Unix time of the last successful reload",
+            "Unix time of the last successful load (the start) or reload",
             self.last_success.clone(),
         );
+        // Both series exist from the start, so `increase()` sees the first
+        // failure; the configuration the role started with is a success.
+        for result in ["success", "error"] {
+            let _ = self.reloads.get_or_create(&ResultLabels { result });
+        }
+        self.last_success.set(unix_now());
     }
 
     /// Counts a reload outcome.
@@ -49,10 +55,7 @@ impl ReloadMetrics {
         self.reloads.get_or_create(&ResultLabels { result }).inc();
         if ok {
             self.last_apply_seconds.set(took.as_secs_f64());
-            let now = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            self.last_success.set(now as i64);
+            self.last_success.set(unix_now());
         }
     }
 
@@ -60,5 +63,38 @@ impl ReloadMetrics {
     pub fn count(&self, ok: bool) -> u64 {
         let result = if ok { "success" } else { "error" };
         self.reloads.get_or_create(&ResultLabels { result }).get()
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_is_there_from_the_start() {
+        let metrics = ReloadMetrics::default();
+        let mut registry = Registry::with_prefix("apiway");
+        metrics.register(&mut registry);
+        let text = crate::metrics::render(&registry);
+        assert!(
+            text.contains("apiway_config_reloads_total{result=\"success\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("apiway_config_reloads_total{result=\"error\"} 0"),
+            "{text}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("apiway_config_last_success_timestamp_seconds "))
+            .expect("the gauge");
+        let value: i64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        assert!(value > 1_700_000_000, "{line}");
     }
 }

@@ -47,6 +47,16 @@ impl Role for Gateway {
         config::validate(spec)
     }
 
+    fn max_connections(snapshot: &Snapshot) -> Option<u64> {
+        Some(
+            snapshot
+                .listeners
+                .iter()
+                .map(|l| l.max_connections as u64)
+                .sum(),
+        )
+    }
+
     fn common(snapshot: &Snapshot) -> Common {
         snapshot.common
     }

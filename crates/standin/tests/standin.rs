@@ -269,3 +269,21 @@ async fn wait_until(condition: impl Fn() -> bool) -> Result<()> {
     }
     anyhow::bail!("condition not reached within 5 s")
 }
+
+#[tokio::test]
+async fn version_with_a_trailing_slash_is_the_version_document() -> Result<()> {
+    let ca = Ca::new("test ca")?;
+    let server = standin(&ca, "v").await?;
+    for path in ["/version", "/version/"] {
+        let r = https_get(server.addr(), "kubernetes.default", path, &ca, None, false).await?;
+        assert_eq!(r.status, 200, "{path}");
+        let json = r.json()?;
+        assert!(
+            json["gitVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with('v')),
+            "{path}: {json}"
+        );
+    }
+    Ok(())
+}

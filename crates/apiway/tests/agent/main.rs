@@ -20,6 +20,7 @@ mod failover;
 mod in_cluster;
 mod node_drain;
 mod prefer_local;
+mod process_limits;
 mod proxy;
 mod reload;
 mod round_robin_dns;

@@ -81,6 +81,13 @@ pub trait Role: Send + Sync + Sized + 'static {
     /// Called once after the drain, when every connection is closed: give
     /// back what the role holds outside the process (addresses it added).
     fn stopped(&self) {}
+
+    /// How many relayed connections the snapshot's limits allow in all,
+    /// for the open-file check at start; `None` to skip it.
+    fn max_connections(snapshot: &Self::Snapshot) -> Option<u64> {
+        let _ = snapshot;
+        None
+    }
 }
 
 /// What the runtime gives a role: the verdicts the admin endpoint serves,
@@ -419,6 +426,12 @@ pub async fn run<R: Role>(
             return Err(anyhow::anyhow!(e));
         }
     };
+    let open_files = crate::limits::raise_nofile();
+    if let Some(warning) = R::max_connections(&snapshot)
+        .and_then(|connections| crate::limits::shortfall(connections, open_files))
+    {
+        tracing::warn!("{warning}");
+    }
     let running = match Running::<R>::start_with(snapshot, options.node).await {
         Ok(r) => r,
         Err(e) => {

@@ -115,7 +115,9 @@ fn route(req: Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> Resp
         "/livez" | "/healthz" => text(StatusCode::OK, "ok"),
         "/readyz" if shared.ready.load(Ordering::SeqCst) => text(StatusCode::OK, "ok"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "readyz check failed"),
-        "/version" => json_response(StatusCode::OK, &version()),
+        // With or without the trailing slash (the official Python client
+        // asks for `/version/`).
+        "/version" | "/version/" => json_response(StatusCode::OK, &version()),
         "/stream" => stream(req.uri().query()),
         "/echo" if req.method() == Method::POST => echo(req),
         "/echo" => text(StatusCode::METHOD_NOT_ALLOWED, "POST only"),
