@@ -187,7 +187,14 @@ pub struct AdminServer {
     registry: Arc<Registry>,
     requests: Family<RequestLabels, Counter>,
     answers: AnswerMetrics,
+    /// One permit per open connection.
+    slots: Arc<tokio::sync::Semaphore>,
+    refused: Counter,
 }
+
+/// How long one admin connection may stay open, however busy: scrapers
+/// reconnect, and an idle or slow client cannot hold a slot for long.
+const ADMIN_CONNECTION_LIFETIME: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl AdminServer {
     /// Registers the admin server's own metrics; call before freezing the registry.
@@ -213,12 +220,23 @@ impl AdminServer {
             "/livez answers by status code",
             answers.livez.clone(),
         );
-        AdminMetrics { requests, answers }
+        let refused = Counter::default();
+        registry.register(
+            "admin_connections_refused",
+            "Admin connections closed at once because admin.max_connections were open",
+            refused.clone(),
+        );
+        AdminMetrics {
+            requests,
+            answers,
+            refused,
+        }
     }
 
     /// Binds `addr`; the error names the address.
     pub async fn bind(
         addr: SocketAddr,
+        max_connections: usize,
         health: Arc<Health>,
         registry: Arc<Registry>,
         metrics: AdminMetrics,
@@ -232,6 +250,8 @@ impl AdminServer {
             registry,
             requests: metrics.requests,
             answers: metrics.answers,
+            slots: Arc::new(tokio::sync::Semaphore::new(max_connections.max(1))),
+            refused: metrics.refused,
         })
     }
 
@@ -255,8 +275,15 @@ impl AdminServer {
                     }
                 },
             };
+            let Ok(permit) = this.slots.clone().try_acquire_owned() else {
+                // Full: close at once (the descriptor comes back now).
+                this.refused.inc();
+                drop(stream);
+                continue;
+            };
             let this = this.clone();
             tokio::spawn(async move {
+                let _permit = permit;
                 let service = hyper::service::service_fn(move |req| {
                     let this = this.clone();
                     async move { Ok::<_, Infallible>(this.answer(&req)) }
@@ -265,8 +292,12 @@ impl AdminServer {
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(std::time::Duration::from_secs(10))
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                if let Err(e) = conn.await {
-                    tracing::debug!(error = %e, "admin connection ended with an error");
+                match tokio::time::timeout(ADMIN_CONNECTION_LIFETIME, conn).await {
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "admin connection ended with an error")
+                    }
+                    Ok(Ok(())) => {}
+                    Err(_) => tracing::debug!("admin connection closed after its lifetime"),
                 }
             });
         }
@@ -365,6 +396,7 @@ fn verdict(
 pub struct AdminMetrics {
     requests: Family<RequestLabels, Counter>,
     answers: AnswerMetrics,
+    refused: Counter,
 }
 
 #[cfg(test)]

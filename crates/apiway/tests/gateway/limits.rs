@@ -127,3 +127,76 @@ routes:
     ensure!(m.count("apiway_listener_rejected_total", &open) == 1.0);
     Ok(())
 }
+
+/// 1,500 idle connections to the admin endpoint of a gateway that may
+/// open 300 files: the admin endpoint keeps at most `admin.max_connections`
+/// (the rest are closed at once and counted), so proxied connections still
+/// work, and the admin endpoint answers again once they go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_admin_connections_cannot_starve_the_data_path() -> anyhow::Result<()> {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let echo = crate::support::EchoBackend::start().await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "admin: {{address: 127.0.0.1:0, max_connections: 16}}\nlisteners:\n  - {{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 100}}\nroutes:\n  - name: a\n    hostnames: [api.a.example.com]\n    backends: [{{address: \"{}\"}}]\n    health_check: {{kind: none}}\n",
+            echo.addr()
+        ),
+    )?;
+    let mut command = std::process::Command::new("sh");
+    command
+        .args(["-c", "ulimit -n 300 && exec \"$0\" \"$@\""])
+        .arg(crate::support::process::APIWAY)
+        .arg("gateway")
+        .arg("--config")
+        .arg(&config)
+        .env("NO_COLOR", "1");
+    let mut process = apiway_test_support::process::Launcher::new(command)
+        .ready_file()
+        .echo_log_on_drop()
+        .spawn()?;
+    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let admin = report.admin.ok_or_else(|| anyhow::anyhow!("no admin"))?;
+    let public = report
+        .listener("public")
+        .ok_or_else(|| anyhow::anyhow!("no listener"))?;
+
+    let mut idle = Vec::new();
+    for _ in 0..1500 {
+        if let Ok(stream) = tokio::net::TcpStream::connect(admin).await {
+            idle.push(stream);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The data path still opens connections (a ClientHello through to the
+    // echo backend and back).
+    let hello = crate::support::captured_hello("openssl-sni.bin")?;
+    for _ in 0..5 {
+        let mut s = tokio::net::TcpStream::connect(public).await?;
+        s.write_all(&hello).await?;
+        let mut back = vec![0; hello.len()];
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut back)).await??;
+        anyhow::ensure!(back == hello, "the relay answered wrong bytes");
+    }
+    drop(idle);
+    let (status, _) = crate::support::eventually(
+        "the admin endpoint answers again",
+        Duration::from_secs(5),
+        || async {
+            crate::support::http_get_plain(admin, "/livez")
+                .await
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await?;
+    anyhow::ensure!(status == 200);
+    let (_, metrics) = crate::support::http_get_plain(admin, "/metrics").await?;
+    let refused = crate::support::metrics::Metrics::new(metrics)
+        .count("apiway_admin_connections_refused_total", &[]);
+    anyhow::ensure!(refused >= 1000.0, "refused {refused}");
+    Ok(())
+}

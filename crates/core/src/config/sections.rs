@@ -19,6 +19,12 @@ pub struct AdminSection {
     #[arg(long = "admin", value_name = "IP:PORT")]
     #[serde(default)]
     pub address: Option<String>,
+    /// Open admin connections at most; more are closed at once, so
+    /// scrapers and probes can never take the descriptors the data path
+    /// needs [default: 64].
+    #[arg(long = "admin-max-connections", value_name = "N")]
+    #[serde(default)]
+    pub max_connections: Option<usize>,
 }
 
 impl AdminSection {
@@ -26,6 +32,7 @@ impl AdminSection {
     pub fn overlay(self, later: AdminSection) -> AdminSection {
         AdminSection {
             address: later.address.or(self.address),
+            max_connections: later.max_connections.or(self.max_connections),
         }
     }
 
@@ -100,6 +107,8 @@ pub struct KubernetesArgs {
 pub struct Common {
     /// Where the admin endpoint listens; `None` serves none.
     pub admin: Option<SocketAddr>,
+    /// Open admin connections at most.
+    pub admin_max_connections: usize,
     /// Shutdown timing.
     pub drain: DrainTiming,
     /// How often file sources look for changes.
@@ -110,11 +119,15 @@ impl Default for Common {
     fn default() -> Self {
         Common {
             admin: None,
+            admin_max_connections: DEFAULT_ADMIN_MAX_CONNECTIONS,
             drain: DrainTiming::default(),
             reload_interval: DEFAULT_RELOAD_INTERVAL,
         }
     }
 }
+
+/// Open admin connections at most, unless `admin.max_connections` says.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 
 /// How often a file is checked for changes unless `reload_interval` says.
 pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(1);
@@ -134,6 +147,11 @@ impl Common {
         }
         Ok(Common {
             admin: admin.validate(admin_field)?,
+            admin_max_connections: match admin.max_connections {
+                Some(0) => return Err("admin.max_connections must be at least 1".into()),
+                Some(n) => n,
+                None => DEFAULT_ADMIN_MAX_CONNECTIONS,
+            },
             drain: drain.timing(),
             reload_interval,
         })

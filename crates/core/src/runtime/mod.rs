@@ -168,6 +168,7 @@ impl<R: Role> Running<R> {
                 let served = async {
                     let server = AdminServer::bind(
                         addr,
+                        common.admin_max_connections,
                         context.health.clone(),
                         Arc::new(registry),
                         admin_metrics,

@@ -114,6 +114,11 @@ impl Merge for GatewaySpec {
         Ok(GatewaySpec {
             admin: AdminSection {
                 address: one("admin.address", self.admin.address, later.admin.address)?,
+                max_connections: one(
+                    "admin.max_connections",
+                    self.admin.max_connections,
+                    later.admin.max_connections,
+                )?,
             },
             listeners,
             routes,
