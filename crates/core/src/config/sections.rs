@@ -179,6 +179,7 @@ mod tests {
         );
         let flags = AdminSection {
             address: Some("127.0.0.1:10".into()),
+            ..AdminSection::default()
         };
         assert_eq!(
             file.clone()
@@ -190,6 +191,7 @@ mod tests {
         assert_eq!(file.clone().overlay(AdminSection::default()), file);
         let bad = AdminSection {
             address: Some("nowhere".into()),
+            ..AdminSection::default()
         };
         assert!(bad
             .validate("admin.address")
