@@ -78,11 +78,21 @@ enum Role {
         #[arg(long, default_value = "127.0.0.1:6443")]
         listen: SocketAddr,
         /// Serving certificate (PEM).
-        #[arg(long)]
-        cert: PathBuf,
+        #[arg(long, required_unless_present = "self_signed")]
+        cert: Option<PathBuf>,
         /// Serving key (PEM).
-        #[arg(long)]
-        key: PathBuf,
+        #[arg(long, required_unless_present = "self_signed")]
+        key: Option<PathBuf>,
+        /// Make a throw-away CA and a serving certificate for the listen
+        /// address, `localhost` and `kubernetes.default`, and write the CA
+        /// and a kubeconfig for this server into --pki-dir.
+        #[arg(long, conflicts_with_all = ["cert", "key", "client_ca"])]
+        self_signed: bool,
+        /// With --self-signed: where to write `ca.crt` and `kubeconfig`
+        /// [default: a new directory in the system's temporary directory,
+        /// printed at start].
+        #[arg(long, value_name = "DIR", requires = "self_signed")]
+        pki_dir: Option<PathBuf>,
         /// Require client certificates signed by this CA (PEM).
         #[arg(long)]
         client_ca: Option<PathBuf>,
@@ -329,6 +339,8 @@ fn main() -> std::process::ExitCode {
                 listen,
                 cert,
                 key,
+                self_signed,
+                pki_dir,
                 client_ca,
                 alt_svc,
                 api_upstream,
@@ -337,13 +349,29 @@ fn main() -> std::process::ExitCode {
                 advertise,
                 ready_file,
             } => {
-                let mut config = apiway_standin::StandinConfig::from_files(
-                    name,
-                    listen,
-                    &cert,
-                    &key,
-                    client_ca.as_deref(),
-                )?;
+                let (mut config, self_ca) = match (cert, key) {
+                    (Some(cert), Some(key)) if !self_signed => (
+                        apiway_standin::StandinConfig::from_files(
+                            name,
+                            listen,
+                            &cert,
+                            &key,
+                            client_ca.as_deref(),
+                        )?,
+                        None,
+                    ),
+                    _ => {
+                        let ca = apiway_standin::pki::Ca::new("apiway standin self-signed CA")?;
+                        let issued = ca.issue_server(
+                            &["localhost", "kubernetes.default", "kubernetes.default.svc"],
+                            &[listen.ip()],
+                        )?;
+                        (
+                            apiway_standin::StandinConfig::new(name, listen, issued),
+                            Some(ca),
+                        )
+                    }
+                };
                 if let Some(value) = alt_svc {
                     config = config.with_alt_svc(value);
                 }
@@ -376,6 +404,41 @@ fn main() -> std::process::ExitCode {
                 }
                 let server = apiway_standin::StandinServer::start(config).await?;
                 tracing::info!(name = %server.name(), addr = %server.addr(), "stand-in API server serving");
+                if let Some(ca) = &self_ca {
+                    let dir = match pki_dir {
+                        Some(dir) => {
+                            std::fs::create_dir_all(&dir).map_err(|e| {
+                                anyhow::anyhow!("--pki-dir {}: {e}", dir.display())
+                            })?;
+                            dir
+                        }
+                        None => {
+                            let dir = std::env::temp_dir()
+                                .join(format!("apiway-standin-{}", std::process::id()));
+                            std::fs::create_dir_all(&dir)?;
+                            dir
+                        }
+                    };
+                    let ca_file = dir.join("ca.crt");
+                    std::fs::write(&ca_file, ca.cert_pem())?;
+                    let kubeconfig = dir.join("kubeconfig");
+                    std::fs::write(
+                        &kubeconfig,
+                        format!(
+                            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: https://{addr}\n    certificate-authority: {ca}\nusers:\n- name: standin\n  user:\n    token: standin\ncontexts:\n- name: standin\n  context: {{cluster: standin, user: standin}}\ncurrent-context: standin\n",
+                            addr = server.addr(),
+                            ca = ca_file.display()
+                        ),
+                    )?;
+                    println!("CA: {}", ca_file.display());
+                    println!("kubeconfig: {}", kubeconfig.display());
+                    println!(
+                        "try: curl --cacert {} https://{}/version ; kubectl --kubeconfig {} get --raw /version",
+                        ca_file.display(),
+                        server.addr(),
+                        kubeconfig.display()
+                    );
+                }
                 if let Some(path) = ready_file {
                     let mut report = apiway_core::ready::ReadyReport::for_this_process();
                     report.listeners.insert("https".to_owned(), server.addr());

@@ -436,3 +436,57 @@ async fn the_deploy_manifests_apply_with_node_name_and_rbac() -> Result<()> {
     }
     Ok(())
 }
+
+/// `apiway standin --self-signed`: no certificate files needed; it writes
+/// its CA and a kubeconfig that curl and kubectl use as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_signed_writes_a_ca_and_a_kubeconfig_that_work() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = dir.path().join("pki");
+    let mut command = std::process::Command::new(APIWAY);
+    command
+        .args([
+            "standin",
+            "--self-signed",
+            "--kubernetes-api",
+            "--listen",
+            "127.0.0.1:0",
+            "--pki-dir",
+        ])
+        .arg(&pki);
+    let mut process = apiway_test_support::process::Launcher::new(command)
+        .ready_file()
+        .spawn()?;
+    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let addr = report.listener("https").context("https listener")?;
+    let kubeconfig = pki.join("kubeconfig");
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["create", "namespace", "tried"])
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tokio::process::Command::new("curl")
+        .args(["-sS", "--fail", "--cacert"])
+        .arg(pki.join("ca.crt"))
+        .arg(format!("https://localhost:{}/version/", addr.port()))
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ensure!(String::from_utf8_lossy(&out.stdout).contains("gitVersion"));
+    let log = process.log_text();
+    ensure!(
+        log.contains(&kubeconfig.display().to_string()),
+        "the kubeconfig's path is printed: {log}"
+    );
+    Ok(())
+}
