@@ -22,7 +22,11 @@ pub struct AdminSection {
     /// Open admin connections at most; more are closed at once, so
     /// scrapers and probes can never take the descriptors the data path
     /// needs [default: 64].
-    #[arg(long = "admin-max-connections", value_name = "N")]
+    #[arg(
+        id = "admin_max_connections",
+        long = "admin-max-connections",
+        value_name = "N"
+    )]
     #[serde(default)]
     pub max_connections: Option<usize>,
 }
