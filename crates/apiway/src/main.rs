@@ -193,6 +193,10 @@ struct RunArgs {
     /// [default: none].
     #[arg(long, value_name = "FILE")]
     ready_file: Option<PathBuf>,
+    /// Refuse a --config file larger than this many bytes, before parsing
+    /// it (YAML or JSON).
+    #[arg(long, value_name = "BYTES", default_value_t = apiway_core::config::source::DEFAULT_MAX_CONFIG_BYTES)]
+    max_config_bytes: u64,
     /// Node awareness and Kubernetes access (`--node-name`, `--kubeconfig`,
     /// `--drain-on-taint`).
     #[command(flatten)]
@@ -307,7 +311,8 @@ fn main() -> std::process::ExitCode {
         match cli.role {
             Role::Gateway { config, run } => {
                 let file =
-                    apiway_core::config::FileSource::new(config, apiway_gateway::config::decode);
+                    apiway_core::config::FileSource::new(config, apiway_gateway::config::decode)
+                        .with_max_bytes(run.max_config_bytes);
                 run_role::<apiway_gateway::Gateway>(vec![Box::new(file)], run).await
             }
             Role::Agent(args) => {
@@ -318,10 +323,13 @@ fn main() -> std::process::ExitCode {
                 } = *args;
                 let mut sources: Vec<Box<dyn apiway_core::config::Source<_>>> = Vec::new();
                 if let Some(path) = config {
-                    sources.push(Box::new(apiway_core::config::FileSource::new(
-                        path,
-                        apiway_agent::config::parse_file,
-                    )));
+                    sources.push(Box::new(
+                        apiway_core::config::FileSource::new(
+                            path,
+                            apiway_agent::config::parse_file,
+                        )
+                        .with_max_bytes(run.max_config_bytes),
+                    ));
                 }
                 // Discovery reads the shared --kubeconfig.
                 let mut settings = settings;

@@ -200,3 +200,50 @@ async fn idle_admin_connections_cannot_starve_the_data_path() -> anyhow::Result<
     anyhow::ensure!(refused >= 1000.0, "refused {refused}");
     Ok(())
 }
+
+/// A config file over `--max-config-bytes` is refused before it is parsed:
+/// at start (exit 1, one line naming the flag) and on reload (counted,
+/// the running config stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_files_over_the_size_limit_are_refused_before_parsing() -> Result<()> {
+    let small = "admin: {address: 127.0.0.1:0}\nlisteners:\n  - {name: public, address: 127.0.0.1:0, kind: tls}\nroutes: []\n";
+    // The same config padded with a comment past the limit: valid YAML.
+    let big = format!("{small}# {}\n", "x".repeat(3000));
+
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("big.yaml");
+    std::fs::write(&file, &big)?;
+    let out = tokio::process::Command::new(crate::support::process::APIWAY)
+        .args(["gateway", "--max-config-bytes", "2000", "--config"])
+        .arg(&file)
+        .env("NO_COLOR", "1")
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    ensure!(out.status.code() == Some(1), "{:?} {stderr}", out.status);
+    ensure!(
+        stderr.contains("larger than 2000 bytes") && stderr.contains("--max-config-bytes"),
+        "{stderr}"
+    );
+
+    let gateway =
+        GatewayProcess::start_with_args(None, small, &["--max-config-bytes", "2000"]).await?;
+    gateway.write_config(&big)?;
+    crate::support::eventually(
+        "the oversized reload refused",
+        Duration::from_secs(5),
+        || async {
+            let m = gateway.metrics().await.map_err(|e| e.to_string())?;
+            match m.value("apiway_config_reloads_total", &[("result", "error")]) {
+                Some(v) if v >= 1.0 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        gateway.admin_get("/livez").await?.0 == 200,
+        "the running config stays"
+    );
+    Ok(())
+}

@@ -171,7 +171,13 @@ pub type Decode<F> = Arc<dyn Fn(&str) -> Result<F, String> + Send + Sync>;
 pub struct FileSource<F> {
     path: PathBuf,
     decode: Decode<F>,
+    max_bytes: u64,
 }
+
+/// The largest config file read unless [`FileSource::with_max_bytes`] says
+/// (`--max-config-bytes`): checked before parsing, the same for YAML and
+/// JSON, so a runaway file cannot take the process's memory.
+pub const DEFAULT_MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 impl<F> FileSource<F> {
     /// Watches `path`, decoding each version with `decode`.
@@ -182,8 +188,35 @@ impl<F> FileSource<F> {
         FileSource {
             path: path.into(),
             decode: Arc::new(decode),
+            max_bytes: DEFAULT_MAX_CONFIG_BYTES,
         }
     }
+
+    /// Refuses files over `max_bytes` (before parsing them).
+    pub fn with_max_bytes(mut self, max_bytes: u64) -> FileSource<F> {
+        self.max_bytes = max_bytes;
+        self
+    }
+}
+
+/// Reads `path` as text, at most `max_bytes` of it; a larger file is an
+/// error naming the limit and its flag.
+fn read_limited(path: &Path, max_bytes: u64) -> Result<String, String> {
+    use std::io::Read;
+    let cannot = |e: std::io::Error| format!("cannot read the config file {}: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(max_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(cannot)?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(format!(
+            "the config file {} is larger than {max_bytes} bytes (raise --max-config-bytes if it is meant to be)",
+            path.display()
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| format!("the config file {} is not UTF-8 text", path.display()))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,10 +240,12 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
 
     fn run(self: Box<Self>, out: SourceSender<F>) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         Box::pin(async move {
-            let FileSource { path, decode } = *self;
+            let FileSource {
+                path,
+                decode,
+                max_bytes,
+            } = *self;
             let mut out = out;
-            let cannot =
-                |e: std::io::Error| format!("cannot read the config file {}: {e}", path.display());
             // `took` counts decoding, not reading: the reload metric is the
             // time to parse, validate and apply.
             let decoded = |text: Result<String, String>| {
@@ -221,12 +256,18 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
                     .and_then(|t| decode(t));
                 (text.ok(), fragment, started.elapsed())
             };
-            let read = || async { decoded(tokio::fs::read_to_string(&path).await.map_err(cannot)) };
+            let read = || async {
+                let file = path.clone();
+                let text = tokio::task::spawn_blocking(move || read_limited(&file, max_bytes))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("reading the config file: {e}")));
+                decoded(text)
+            };
             let mut last_stamp = stamp(&path);
             // The first read is a plain blocking one, as the process starts:
             // a role whose file never changes then never starts tokio's
             // blocking-pool thread.
-            let (text, fragment, took) = decoded(std::fs::read_to_string(&path).map_err(cannot));
+            let (text, fragment, took) = decoded(read_limited(&path, max_bytes));
             let mut last_text = text;
             if !out.send(fragment, Trigger::Start, took).await {
                 return;
