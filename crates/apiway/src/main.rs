@@ -41,11 +41,15 @@ enum Role {
     /// destination, HTTP CONNECT by authority; health-checked backends, hot
     /// reload and graceful drain.
     Gateway {
-        /// YAML configuration file; reloaded on change and on SIGHUP.
-        #[arg(long, short = 'c')]
-        config: PathBuf,
+        /// YAML configuration file; reloaded on change and on SIGHUP
+        /// (optional with --kubernetes-gateway: admin, drain, limits and
+        /// static listeners and routes).
+        #[arg(long, short = 'c', required_unless_present = "kubernetes_gateway")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         run: RunArgs,
+        #[command(flatten)]
+        gateway_api: GatewayApiArgs,
     },
     /// Per-node forwarder: listen on local addresses (optionally adding the
     /// address to an interface) and forward each connection directly to the
@@ -203,6 +207,65 @@ struct RunArgs {
     kube: apiway_core::config::KubernetesArgs,
 }
 
+/// The gateway's Gateway API flags.
+#[derive(clap::Args, Debug)]
+struct GatewayApiArgs {
+    /// Serve the Gateway API Gateway NAMESPACE/NAME (its TLS Passthrough
+    /// listeners and the TLSRoutes attached to them), watched through
+    /// --kubeconfig (default in-cluster), when its GatewayClass names
+    /// --controller-name [default: none].
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    kubernetes_gateway: Option<String>,
+    /// The address the Gateway's listeners bind.
+    #[arg(long, value_name = "IP", default_value = "0.0.0.0")]
+    listen_address: std::net::IpAddr,
+    /// The GatewayClass controllerName this gateway answers to.
+    #[arg(long, value_name = "NAME", default_value = apiway_kube::gateway_api::CONTROLLER)]
+    controller_name: String,
+    /// Do not write status to the Gateway API objects (another replica or
+    /// tool does).
+    #[arg(long)]
+    no_status: bool,
+    /// How long the status Lease lasts without renewal: after this another
+    /// replica takes over writing status.
+    #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = apiway_core::duration::parse)]
+    status_lease_duration: std::time::Duration,
+}
+
+impl GatewayApiArgs {
+    /// The Gateway API source, when asked for.
+    async fn source(
+        &self,
+        kubeconfig: Option<&std::path::Path>,
+    ) -> anyhow::Result<Option<apiway_kube::gateway_api::GatewaySource>> {
+        let Some(target) = &self.kubernetes_gateway else {
+            return Ok(None);
+        };
+        let Some((namespace, name)) = target
+            .split_once('/')
+            .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+        else {
+            anyhow::bail!(
+                "--kubernetes-gateway {target}: write NAMESPACE/NAME, like apiway-system/seed-api"
+            );
+        };
+        let client = apiway_kube::client(kubeconfig).await?;
+        let settings = apiway_kube::gateway_api::Settings {
+            controller: self.controller_name.clone(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            listen_address: self.listen_address,
+        };
+        let status = (!self.no_status).then(|| apiway_kube::gateway_api::status::StatusOptions {
+            identity: apiway_kube::gateway_api::status::StatusOptions::default_identity(),
+            lease_duration: self.status_lease_duration,
+        });
+        Ok(Some(apiway_kube::gateway_api::GatewaySource::new(
+            client, settings, status,
+        )))
+    }
+}
+
 /// `apiway agent` flags; see `apiway agent --help`.
 #[derive(clap::Args, Debug)]
 struct AgentArgs {
@@ -309,11 +372,27 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.role {
-            Role::Gateway { config, run } => {
-                let file =
-                    apiway_core::config::FileSource::new(config, apiway_gateway::config::decode)
-                        .with_max_bytes(run.max_config_bytes);
-                run_role::<apiway_gateway::Gateway>(vec![Box::new(file)], run).await
+            Role::Gateway {
+                config,
+                run,
+                gateway_api,
+            } => {
+                let mut sources: Vec<
+                    Box<dyn apiway_core::config::Source<apiway_gateway::config::GatewaySpec>>,
+                > = Vec::new();
+                if let Some(config) = config {
+                    sources.push(Box::new(
+                        apiway_core::config::FileSource::new(
+                            config,
+                            apiway_gateway::config::decode,
+                        )
+                        .with_max_bytes(run.max_config_bytes),
+                    ));
+                }
+                if let Some(source) = gateway_api.source(run.kube.kubeconfig.as_deref()).await? {
+                    sources.push(Box::new(source));
+                }
+                run_role::<apiway_gateway::Gateway>(sources, run).await
             }
             Role::Agent(args) => {
                 let AgentArgs {

@@ -32,6 +32,9 @@ pub struct Health {
     draining: AtomicBool,
     live: AtomicBool,
     ready: AtomicBool,
+    /// Whether every configuration source has had its first complete
+    /// read (a Kubernetes source: its first full sync).
+    synced: AtomicBool,
     /// When the data plane was last programmed (started, or a
     /// configuration applied): `lastUpdated` in the bodies.
     updated: Mutex<SystemTime>,
@@ -45,6 +48,7 @@ impl Default for Health {
             draining: AtomicBool::new(false),
             live: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            synced: AtomicBool::new(true),
             updated: Mutex::new(SystemTime::now()),
             node: Mutex::new(None),
         }
@@ -86,6 +90,17 @@ impl Health {
     /// Sets the `/readyz` verdict.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// Sets whether every configuration source has synced; `/readyz`
+    /// fails until it has.
+    pub fn set_synced(&self, synced: bool) {
+        self.synced.store(synced, Ordering::SeqCst);
+    }
+
+    /// The `/readyz` verdict: the role is ready and its sources synced.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst) && self.synced.load(Ordering::SeqCst)
     }
 
     /// Records that the data plane was just programmed.
@@ -324,8 +339,12 @@ impl AdminServer {
                     }
                     "/readyz" => verdict(
                         "/readyz",
-                        self.health.ready.load(Ordering::SeqCst),
-                        "not ready\n",
+                        self.health.is_ready(),
+                        if self.health.synced.load(Ordering::SeqCst) {
+                            "not ready\n"
+                        } else {
+                            "not ready: a configuration source has not synced yet\n"
+                        },
                     ),
                     "/metrics" => (
                         "/metrics",

@@ -65,11 +65,12 @@ pub(crate) async fn open(
     replay: &[u8],
 ) -> Result<Connected, OpenFailure> {
     route.routed.inc();
-    match route
-        .connector
-        .connect(&route.set, || Ok(origin()), replay)
-        .await
-    {
+    let Some(set) = route.pick_set() else {
+        tracing::warn!(%peer, route = route.name(), "closing client: the route has no backend to send this connection to (every backendRef has weight 0)");
+        route.unavailable.inc();
+        return Err(OpenFailure::Unavailable);
+    };
+    match route.connector.connect(set, || Ok(origin()), replay).await {
         Ok(established) => Ok(established.connected),
         Err(ConnectorError::Unavailable(e)) => {
             tracing::warn!(%peer, route = route.name(), "closing client: {e}");

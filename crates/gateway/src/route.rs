@@ -17,7 +17,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, RouteSpec, SendProxyProtocol, Snapshot};
+use crate::config::{self, BackendGroupSpec, RouteSpec, SendProxyProtocol, Snapshot};
 use crate::metrics::{GatewayMetrics, RouteLabels};
 use crate::router::SniRouter;
 
@@ -25,11 +25,19 @@ use crate::router::SniRouter;
 pub(crate) struct Route {
     spec: RouteSpec,
     name: Arc<str>,
-    pub(crate) set: Arc<EndpointSet>,
+    /// Shares of new connections; most routes have one.
+    pub(crate) shares: Vec<Arc<Share>>,
+    total_weight: u64,
     pub(crate) connector: TcpConnector,
     pub(crate) relay: RelayConfig,
     pub(crate) routed: Counter,
     pub(crate) unavailable: Counter,
+}
+
+/// One share of a route: its weight and endpoint set.
+pub(crate) struct Share {
+    spec: BackendGroupSpec,
+    pub(crate) set: Arc<EndpointSet>,
     /// Drops the set's metric series once the last holder lets go.
     _set: Arc<SetGuard>,
     /// Stops the health checker once the last holder lets go.
@@ -43,6 +51,31 @@ impl Route {
 
     pub(crate) fn name_arc(&self) -> Arc<str> {
         self.name.clone()
+    }
+
+    /// The endpoint set a new connection goes to: one share, drawn by
+    /// weight; `None` when every weight is 0 (the route refuses).
+    pub(crate) fn pick_set(&self) -> Option<&Arc<EndpointSet>> {
+        if let [only] = self.shares.as_slice() {
+            return (only.spec.weight > 0).then_some(&only.set);
+        }
+        if self.total_weight == 0 {
+            return None;
+        }
+        let mut draw = fastrand::u64(..self.total_weight);
+        for share in &self.shares {
+            let weight = u64::from(share.spec.weight);
+            if draw < weight {
+                return Some(&share.set);
+            }
+            draw -= weight;
+        }
+        None
+    }
+
+    /// The first share's set (what a file route has).
+    pub(crate) fn first_set(&self) -> Option<&Arc<EndpointSet>> {
+        self.shares.first().map(|s| &s.set)
     }
 }
 
@@ -87,6 +120,7 @@ impl Drop for SetGuard {
 struct Table {
     routes: Vec<Arc<Route>>,
     router: SniRouter,
+    listener_routers: HashMap<String, SniRouter>,
     destinations: HashMap<SocketAddr, usize>,
     authorities: HashMap<Authority, usize>,
     default_route: Option<usize>,
@@ -107,11 +141,23 @@ pub(crate) struct RouteTable {
 }
 
 impl RouteTable {
-    /// The route for a server name, or the default route.
-    pub(crate) fn route_for(&self, server_name: Option<&str>) -> Option<Arc<Route>> {
+    /// The route for a server name on listener `listener`: the listener's
+    /// own routes first, then those of every listener, then the default
+    /// route.
+    pub(crate) fn route_for(
+        &self,
+        listener: &str,
+        server_name: Option<&str>,
+    ) -> Option<Arc<Route>> {
         let table = self.table.load();
         let index = server_name
-            .and_then(|n| table.router.lookup(n))
+            .and_then(|n| {
+                table
+                    .listener_routers
+                    .get(listener)
+                    .and_then(|r| r.lookup(n))
+                    .or_else(|| table.router.lookup(n))
+            })
             .or(table.default_route)?;
         table.routes.get(index).cloned()
     }
@@ -143,12 +189,12 @@ impl RouteTable {
             .routes
             .iter()
             .find(|r| r.name() == name)
-            .map(|r| r.set.clone())
+            .and_then(|r| r.first_set().cloned())
     }
 
-    /// Replaces the table with the routes of `snapshot`. Routes whose name
-    /// stays keep their endpoint set (health, load, ejections); only what
-    /// changed is rebuilt.
+    /// Replaces the table with the routes of `snapshot`. Shares whose
+    /// route and name stay keep their endpoint set (health, load,
+    /// ejections); only what changed is rebuilt.
     pub(crate) fn replace(&self, snapshot: &mut Snapshot, factory: &RouteFactory) {
         let old = self.table.load_full();
         let by_name: HashMap<&str, &Arc<Route>> =
@@ -158,23 +204,38 @@ impl RouteTable {
             let route = match by_name.get(spec.name.as_str()).copied() {
                 Some(r) if r.spec == spec => r.clone(),
                 Some(r) => {
-                    r.set.apply(&spec.endpoints);
-                    // A new checker reads the new settings; the old one stops
-                    // when the old route is let go.
-                    let checker = if r.spec.endpoints == spec.endpoints {
-                        r._checker.clone()
-                    } else {
-                        factory.spawn_checker(&r.set, &spec)
-                    };
+                    let shares = spec
+                        .groups
+                        .iter()
+                        .map(|g| match r.shares.iter().find(|s| s.spec.name == g.name) {
+                            Some(s) if s.spec == *g => s.clone(),
+                            Some(s) => {
+                                s.set.apply(&g.endpoints);
+                                // A new checker reads the new settings; the old
+                                // one stops when the old share is let go.
+                                let checker = if s.spec.endpoints == g.endpoints {
+                                    s._checker.clone()
+                                } else {
+                                    factory.spawn_checker(&s.set, g)
+                                };
+                                Arc::new(Share {
+                                    spec: g.clone(),
+                                    set: s.set.clone(),
+                                    _set: s._set.clone(),
+                                    _checker: checker,
+                                })
+                            }
+                            None => factory.new_share(g),
+                        })
+                        .collect();
                     Arc::new(Route {
                         name: r.name.clone(),
-                        set: r.set.clone(),
+                        total_weight: total_weight(&spec),
+                        shares,
                         connector: connector(&spec),
                         relay: spec.relay.clone(),
                         routed: r.routed.clone(),
                         unavailable: r.unavailable.clone(),
-                        _set: r._set.clone(),
-                        _checker: checker,
                         spec,
                     })
                 }
@@ -186,6 +247,7 @@ impl RouteTable {
         self.table.store(Arc::new(Table {
             routes,
             router: std::mem::take(&mut snapshot.router),
+            listener_routers: std::mem::take(&mut snapshot.listener_routers),
             destinations: std::mem::take(&mut snapshot.destinations),
             authorities: std::mem::take(&mut snapshot.authorities),
             default_route: snapshot.default_route,
@@ -193,28 +255,43 @@ impl RouteTable {
     }
 }
 
+fn total_weight(spec: &RouteSpec) -> u64 {
+    spec.groups.iter().map(|g| u64::from(g.weight)).sum()
+}
+
 impl RouteFactory {
     fn new_route(&self, spec: RouteSpec) -> Arc<Route> {
-        let set = EndpointSet::new(&spec.name, &spec.endpoints, self.backend_metrics.clone());
-        let checker = self.spawn_checker(&set, &spec);
         let labels = RouteLabels {
             route: spec.name.clone(),
         };
         Arc::new(Route {
             name: Arc::from(spec.name.as_str()),
+            shares: spec.groups.iter().map(|g| self.new_share(g)).collect(),
+            total_weight: total_weight(&spec),
             connector: connector(&spec),
             relay: spec.relay.clone(),
             routed: self.metrics.routed.get_or_create_owned(&labels),
             unavailable: self.metrics.unavailable.get_or_create_owned(&labels),
-            _set: Arc::new(SetGuard(set.clone())),
-            _checker: checker,
-            set,
             spec,
         })
     }
 
-    fn spawn_checker(&self, set: &Arc<EndpointSet>, spec: &RouteSpec) -> Option<Arc<CheckerGuard>> {
-        if !apiway_core::health::needs_checker(&spec.endpoints) {
+    fn new_share(&self, group: &BackendGroupSpec) -> Arc<Share> {
+        let set = EndpointSet::new(&group.name, &group.endpoints, self.backend_metrics.clone());
+        Arc::new(Share {
+            spec: group.clone(),
+            _checker: self.spawn_checker(&set, group),
+            _set: Arc::new(SetGuard(set.clone())),
+            set,
+        })
+    }
+
+    fn spawn_checker(
+        &self,
+        set: &Arc<EndpointSet>,
+        group: &BackendGroupSpec,
+    ) -> Option<Arc<CheckerGuard>> {
+        if !apiway_core::health::needs_checker(&group.endpoints) {
             return None;
         }
         let stop = self.stop.child_token();

@@ -3,25 +3,31 @@
 //! Matching is case-insensitive and ignores one trailing dot. An exact name
 //! beats any wildcard; among wildcards the longest suffix wins. A wildcard
 //! `*.a.example.com` matches one or more labels in front of
-//! `a.example.com` but not `a.example.com` itself. A lookup costs one hash
-//! probe per label of the name, however many routes there are.
+//! `a.example.com` but not `a.example.com` itself; `*` alone matches every
+//! name (and is the last resort). A lookup costs one hash probe per label of
+//! the name, however many routes there are.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// A hostname pattern from a route.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum HostPattern {
     /// `api.a.example.com`
     Exact(String),
     /// `*.a.example.com`, stored as the suffix `a.example.com`.
     Wildcard(String),
+    /// `*`: every name.
+    Any,
 }
 
 impl HostPattern {
     /// Parses and normalizes a pattern; the error says what is wrong.
     pub fn parse(text: &str) -> Result<HostPattern, String> {
         let lower = normalize(text);
+        if lower == "*" {
+            return Ok(HostPattern::Any);
+        }
         if let Some(suffix) = lower.strip_prefix("*.") {
             check_name(suffix).map_err(|e| format!("`{text}`: {e}"))?;
             return Ok(HostPattern::Wildcard(suffix.to_owned()));
@@ -69,6 +75,7 @@ fn normalize(name: &str) -> Cow<'_, str> {
 pub struct SniRouter {
     exact: HashMap<Box<str>, usize>,
     wildcard: HashMap<Box<str>, usize>,
+    any: Option<usize>,
 }
 
 impl SniRouter {
@@ -77,6 +84,15 @@ impl SniRouter {
         let (map, key) = match pattern {
             HostPattern::Exact(n) => (&mut self.exact, n),
             HostPattern::Wildcard(s) => (&mut self.wildcard, s),
+            HostPattern::Any => {
+                return match self.any {
+                    Some(other) => Err(other),
+                    None => {
+                        self.any = Some(route);
+                        Ok(())
+                    }
+                }
+            }
         };
         match map.entry(key.into_boxed_str()) {
             std::collections::hash_map::Entry::Occupied(o) => Err(*o.get()),
@@ -94,7 +110,7 @@ impl SniRouter {
             return Some(r);
         }
         if self.wildcard.is_empty() {
-            return None;
+            return self.any;
         }
         // Suffixes from longest to shortest: after the first dot, the second...
         let mut rest: &str = &name;
@@ -104,12 +120,12 @@ impl SniRouter {
             }
             rest = suffix;
         }
-        None
+        self.any
     }
 
     /// Number of patterns.
     pub fn len(&self) -> usize {
-        self.exact.len() + self.wildcard.len()
+        self.exact.len() + self.wildcard.len() + usize::from(self.any.is_some())
     }
 
     /// Whether no pattern is set.
@@ -157,11 +173,22 @@ mod tests {
 
     #[test]
     fn bad_patterns_are_refused() {
-        for bad in ["", "*", "a*.b.com", "*.*.b.com", "a..b", "-x y", "*."] {
+        for bad in ["", "**", "a*.b.com", "*.*.b.com", "a..b", "-x y", "*."] {
             assert!(HostPattern::parse(bad).is_err(), "{bad}");
         }
         let mut r = router(&[("a.com", 0)]);
         assert_eq!(r.insert(HostPattern::parse("A.COM").unwrap(), 1), Err(0));
+    }
+
+    #[test]
+    fn a_lone_star_matches_what_nothing_else_does() {
+        let mut r = router(&[("*", 1), ("*.a.com", 2), ("x.a.com", 3)]);
+        assert_eq!(r.lookup("x.a.com"), Some(3));
+        assert_eq!(r.lookup("y.a.com"), Some(2));
+        assert_eq!(r.lookup("a.com"), Some(1));
+        assert_eq!(r.lookup("other.org"), Some(1));
+        assert_eq!(r.insert(HostPattern::Any, 9), Err(1));
+        assert_eq!(router(&[("*", 4)]).lookup("anything"), Some(4));
     }
 
     #[test]

@@ -53,9 +53,7 @@ pub(crate) async fn prepare(
             return None;
         }
     };
-    drop(spec);
-
-    let Some(route) = routes.route_for(hello.server_name.as_deref()) else {
+    let Some(route) = routes.route_for(&spec.name, hello.server_name.as_deref()) else {
         let reason = if hello.server_name.is_some() {
             "unknown_sni"
         } else {
@@ -66,6 +64,7 @@ pub(crate) async fn prepare(
         send_alert(&mut client, AlertDescription::UnrecognizedName).await;
         return None;
     };
+    drop(spec);
     drop(hello);
 
     let origin = || headers.origin(&client, peer, listen);

@@ -4,7 +4,10 @@
 //!
 //! - [`node`]: the watch of the Node the process runs on, for KEP-3836
 //!   draining ([`apiway_core::node`]).
+//! - [`gateway_api`]: the gateway's configuration from a Gateway API
+//!   Gateway and its TLSRoutes, and their status.
 
+pub mod gateway_api;
 pub mod node;
 
 use std::path::Path;

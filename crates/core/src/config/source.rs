@@ -57,6 +57,9 @@ pub struct SourceEvent<F> {
     pub trigger: Trigger,
     /// Time spent decoding it.
     pub took: Duration,
+    /// Whether the source has read everything once (a Kubernetes source
+    /// before its first full sync sends what it has with `false`).
+    pub synced: bool,
 }
 
 /// What a running source is given: where to send, and what the runtime
@@ -98,12 +101,24 @@ impl<F> SourceSender<F> {
         trigger: Trigger,
         took: Duration,
     ) -> bool {
+        self.send_synced(fragment, trigger, took, true).await
+    }
+
+    /// [`send`](Self::send), saying whether the source has synced.
+    pub async fn send_synced(
+        &self,
+        fragment: Result<F, String>,
+        trigger: Trigger,
+        took: Duration,
+        synced: bool,
+    ) -> bool {
         self.tx
             .send(SourceEvent {
                 index: self.index,
                 fragment,
                 trigger,
                 took,
+                synced,
             })
             .await
             .is_ok()
@@ -119,6 +134,12 @@ pub trait Source<F>: Send + 'static {
     /// never triggers a reload.
     fn is_static(&self) -> bool {
         false
+    }
+
+    /// Registers the source's own metrics (a Kubernetes source's watch
+    /// errors) in the role's registry, before it runs.
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        let _ = registry;
     }
 
     /// Sends the first fragment at once, then one per change, until `out.stop`.

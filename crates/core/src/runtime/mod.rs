@@ -142,10 +142,19 @@ impl<R: Role> Running<R> {
         snapshot: R::Snapshot,
         node: Option<NodeWatch>,
     ) -> anyhow::Result<Running<R>> {
+        Self::start_in(snapshot, node, Registry::with_prefix("apiway")).await
+    }
+
+    /// [`start_with`](Self::start_with) into `registry`, which may hold
+    /// metrics already (those of the configuration sources).
+    pub async fn start_in(
+        snapshot: R::Snapshot,
+        node: Option<NodeWatch>,
+        mut registry: Registry,
+    ) -> anyhow::Result<Running<R>> {
         let common = R::common(&snapshot);
         let fixed = R::fixed(&snapshot);
         let context = RoleContext::new();
-        let mut registry = Registry::with_prefix("apiway");
         let reload_metrics = ReloadMetrics::default();
         reload_metrics.register(&mut registry);
         let role = R::start(snapshot, &context, &mut registry)?;
@@ -301,13 +310,15 @@ struct Feeds<F> {
     labels: Vec<(String, bool)>,
     rx: mpsc::Receiver<SourceEvent<F>>,
     latest: Vec<Option<F>>,
+    /// Whether each source has synced.
+    synced: Vec<bool>,
     poll: watch::Sender<Duration>,
     resync: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
 impl<F: Merge + Clone + Send + 'static> Feeds<F> {
-    fn start(sources: Vec<Box<dyn Source<F>>>) -> Feeds<F> {
+    fn start(sources: Vec<Box<dyn Source<F>>>, registry: &mut Registry) -> Feeds<F> {
         let (tx, rx) = mpsc::channel(16);
         let (poll, poll_rx) = watch::channel(crate::config::sections::DEFAULT_RELOAD_INTERVAL);
         let (resync, resync_rx) = watch::channel(0u64);
@@ -315,6 +326,7 @@ impl<F: Merge + Clone + Send + 'static> Feeds<F> {
         let mut labels = Vec::new();
         for (index, source) in sources.into_iter().enumerate() {
             labels.push((source.label(), source.is_static()));
+            source.register_metrics(registry);
             let out = SourceSender::new(
                 index,
                 tx.clone(),
@@ -326,6 +338,7 @@ impl<F: Merge + Clone + Send + 'static> Feeds<F> {
         }
         let latest = labels.iter().map(|_| None).collect();
         Feeds {
+            synced: labels.iter().map(|_| false).collect(),
             labels,
             rx,
             latest,
@@ -361,6 +374,7 @@ impl<F: Merge + Clone + Send + 'static> Feeds<F> {
                 return Err("a configuration source stopped before it said anything".into());
             };
             let index = event.index;
+            self.synced[index] = event.synced;
             match event.fragment {
                 Ok(f) => self.latest[index] = Some(f),
                 Err(e) => return Err(self.name_source(Some(index), e)),
@@ -388,12 +402,16 @@ impl<F: Merge + Clone + Send + 'static> Feeds<F> {
         }
         merged.ok_or_else(|| "no configuration source".to_owned())
     }
+
+    fn all_synced(&self) -> bool {
+        self.synced.iter().all(|s| *s)
+    }
 }
 
 /// Validates what `sources` say without starting anything (`--check`). The
 /// error is the problem as the user sees it.
 pub async fn check<R: Role>(sources: Vec<Box<dyn Source<R::Spec>>>) -> Result<(), String> {
-    let mut feeds = Feeds::start(sources);
+    let mut feeds = Feeds::start(sources, &mut Registry::default());
     let result = async {
         feeds.first().await?;
         let spec = feeds.merged().map_err(|e| feeds.name_source(None, e))?;
@@ -411,7 +429,8 @@ pub async fn run<R: Role>(
     sources: Vec<Box<dyn Source<R::Spec>>>,
     options: RunOptions,
 ) -> anyhow::Result<()> {
-    let mut feeds = Feeds::start(sources);
+    let mut registry = Registry::with_prefix("apiway");
+    let mut feeds = Feeds::start(sources, &mut registry);
     let termination = crate::drain::first_termination();
     tokio::pin!(termination);
     let started = async {
@@ -433,7 +452,7 @@ pub async fn run<R: Role>(
     {
         tracing::warn!("{warning}");
     }
-    let running = match Running::<R>::start_with(snapshot, options.node).await {
+    let running = match Running::<R>::start_in(snapshot, options.node, registry).await {
         Ok(r) => r,
         Err(e) => {
             feeds.stop.cancel();
@@ -441,6 +460,7 @@ pub async fn run<R: Role>(
         }
     };
     feeds.poll.send_replace(running.common().reload_interval);
+    running.health().set_synced(feeds.all_synced());
     if let Some(path) = &options.ready_file {
         if let Err(e) = running.ready_report().write(path) {
             running.shutdown(std::future::ready(())).await;
@@ -475,6 +495,8 @@ async fn reload<R: Role>(
         .map(|(l, _)| l.clone())
         .unwrap_or_default();
     let trigger = event.trigger;
+    feeds.synced[event.index] = feeds.synced[event.index] || event.synced;
+    running.health().set_synced(feeds.all_synced());
     let result = async {
         let fragment = event.fragment?;
         let previous = feeds.latest[event.index].replace(fragment);

@@ -12,7 +12,7 @@ use apiway_core::health::HealthCheckConfig;
 use apiway_wire::connect::Authority;
 use serde::Deserialize;
 
-use super::spec::{GatewaySpec, ListenerDef, RouteDef};
+use super::spec::{BackendGroupDef, GatewaySpec, ListenerDef, RouteDef};
 use super::{ListenerKind, ProxyProtocolMode, SendProxyProtocol};
 use crate::router::HostPattern;
 
@@ -23,7 +23,9 @@ pub struct ConfigFile {
     /// The admin endpoint.
     #[serde(default)]
     pub admin: AdminSection,
-    /// Listening sockets.
+    /// Listening sockets (may be left out when listeners come from a
+    /// Kubernetes Gateway).
+    #[serde(default)]
     pub listeners: Vec<ListenerConfig>,
     /// Routes to backends.
     #[serde(default)]
@@ -86,6 +88,10 @@ pub struct RouteConfig {
     /// Exact names and `*.suffix` wildcards matched against the SNI.
     #[serde(default)]
     pub hostnames: Vec<String>,
+    /// The `tls` listeners (by name) whose connections these hostnames
+    /// route; every listener when left out.
+    #[serde(default)]
+    pub listeners: Vec<String>,
     /// Original destinations (`ip:port`) matched on `proxy` listeners.
     #[serde(default)]
     pub destinations: Vec<String>,
@@ -192,6 +198,9 @@ impl ConfigFile {
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
+            if r.backends.is_empty() {
+                return Err(format!("{}.backends: at least one backend is needed", at()));
+            }
             let backends = r
                 .backends
                 .iter()
@@ -202,12 +211,17 @@ impl ConfigFile {
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             routes.push(RouteDef {
+                groups: vec![BackendGroupDef {
+                    name: r.name.clone(),
+                    weight: 1,
+                    backends,
+                }],
                 name: r.name,
                 hostnames,
+                listeners: r.listeners,
                 destinations,
                 connect_authorities,
                 send_proxy_protocol: r.send_proxy_protocol,
-                backends,
                 health_check: r.health_check,
                 policy: r.policy,
                 connect_timeout: r.connect_timeout,
@@ -223,6 +237,7 @@ impl ConfigFile {
             default_route: self.default_route,
             drain: self.drain,
             reload_interval: self.reload_interval,
+            kubernetes: false,
         })
     }
 }

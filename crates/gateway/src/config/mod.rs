@@ -23,7 +23,7 @@ pub mod spec;
 mod validate;
 
 pub use file::{decode, BackendConfig, ConfigFile, ListenerConfig, RouteConfig};
-pub use spec::{GatewaySpec, ListenerDef, RouteDef};
+pub use spec::{BackendGroupDef, GatewaySpec, ListenerDef, RouteDef};
 pub use validate::validate;
 
 /// What a listener does with connections.
@@ -94,14 +94,25 @@ pub struct ListenerSpec {
 pub struct RouteSpec {
     /// Name.
     pub name: String,
-    /// Backends and their health.
-    pub endpoints: EndpointSetSpec,
+    /// Shares of new connections, each with its backends and their health.
+    pub groups: Vec<BackendGroupSpec>,
     /// Per-backend connect timeout.
     pub connect_timeout: Duration,
     /// Relay settings.
     pub relay: RelayConfig,
     /// PROXY header sent to backends.
     pub send_proxy_protocol: Option<SendProxyProtocol>,
+}
+
+/// A validated share of a route.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendGroupSpec {
+    /// Name (metrics label of its endpoint set).
+    pub name: String,
+    /// Relative share of new connections.
+    pub weight: u32,
+    /// Backends and their health.
+    pub endpoints: EndpointSetSpec,
 }
 
 /// A validated configuration, ready to apply.
@@ -113,8 +124,11 @@ pub struct Snapshot {
     pub listeners: Vec<ListenerSpec>,
     /// Routes, indexed by the router.
     pub routes: Vec<RouteSpec>,
-    /// SNI to route index.
+    /// SNI to route index, for every `tls` listener.
     pub router: SniRouter,
+    /// SNI to route index for one listener (by name), looked up before
+    /// [`Snapshot::router`].
+    pub listener_routers: HashMap<String, SniRouter>,
     /// Original destination to route index (`proxy` listeners).
     pub destinations: HashMap<SocketAddr, usize>,
     /// CONNECT authority to route index (`connect` listeners).

@@ -32,6 +32,8 @@ pub struct GatewaySpec {
     pub drain: DrainSection,
     /// How often file sources look for changes.
     pub reload_interval: Option<Duration>,
+    /// Listeners may come from Kubernetes later: none yet is no error.
+    pub kubernetes: bool,
 }
 
 /// A listener as configured; `None` takes the default.
@@ -68,14 +70,18 @@ pub struct RouteDef {
     pub name: String,
     /// SNI names and wildcards.
     pub hostnames: Vec<Written<HostPattern>>,
+    /// The `tls` listeners whose SNI lookups see `hostnames`; empty for
+    /// every listener. A listener looks in its own routes first.
+    pub listeners: Vec<String>,
     /// Original destinations (`proxy` listeners).
     pub destinations: Vec<SocketAddr>,
     /// CONNECT authorities (`connect` listeners).
     pub connect_authorities: Vec<Written<Authority>>,
     /// PROXY header sent to backends.
     pub send_proxy_protocol: Option<SendProxyProtocol>,
-    /// Backends.
-    pub backends: Vec<Address>,
+    /// Backends, in shares of the route's connections (a file route has
+    /// one share; a Kubernetes route one per `backendRef`).
+    pub groups: Vec<BackendGroupDef>,
     /// Active health check.
     pub health_check: Option<HealthCheckConfig>,
     /// Balancing policy.
@@ -88,6 +94,18 @@ pub struct RouteDef {
     pub ejection_base: Option<Duration>,
     /// Longest ejection.
     pub ejection_max: Option<Duration>,
+}
+
+/// A share of a route's new connections and the backends that serve it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackendGroupDef {
+    /// How metrics and logs name the group (the route's name for a file
+    /// route; `namespace/service:port` for a Kubernetes one).
+    pub name: String,
+    /// Relative share of new connections (0: none).
+    pub weight: u32,
+    /// Backends; none means the share is refused (a missing Service).
+    pub backends: Vec<Address>,
 }
 
 impl Merge for GatewaySpec {
@@ -136,6 +154,7 @@ impl Merge for GatewaySpec {
                 self.reload_interval,
                 later.reload_interval,
             )?,
+            kubernetes: self.kubernetes || later.kubernetes,
         })
     }
 }

@@ -23,8 +23,12 @@ fn the_documented_example_parses() {
     assert_eq!(s.common.admin, Some("127.0.0.1:9901".parse().unwrap()));
     assert_eq!(s.listeners[0].address, "127.0.0.1:8443".parse().unwrap());
     assert_eq!(s.listeners[0].client_hello_timeout, Duration::from_secs(10));
-    assert_eq!(s.routes[0].endpoints.endpoints.len(), 2);
-    let hc = s.routes[0].endpoints.health_check.as_ref().unwrap();
+    assert_eq!(s.routes[0].groups[0].endpoints.endpoints.len(), 2);
+    let hc = s.routes[0].groups[0]
+        .endpoints
+        .health_check
+        .as_ref()
+        .unwrap();
     assert_eq!(hc.interval, Duration::from_secs(1));
     assert_eq!(s.router.lookup("API.A.example.com."), Some(0));
     assert_eq!(s.router.lookup("x.a.internal.example.com"), Some(0));

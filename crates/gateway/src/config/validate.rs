@@ -12,7 +12,10 @@ use apiway_core::relay::{RelayConfig, RelayMode};
 use apiway_wire::connect::Authority;
 
 use super::spec::{GatewaySpec, ListenerDef};
-use super::{destination_key, ListenerKind, ListenerSpec, ProxyProtocolMode, RouteSpec, Snapshot};
+use super::{
+    destination_key, BackendGroupSpec, ListenerKind, ListenerSpec, ProxyProtocolMode, RouteSpec,
+    Snapshot,
+};
 use crate::cidr::TrustedSources;
 use crate::router::SniRouter;
 
@@ -27,7 +30,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         spec.reload_interval,
     )?;
 
-    if spec.listeners.is_empty() {
+    if spec.listeners.is_empty() && !spec.kubernetes {
         return Err("listeners: at least one listener is needed".into());
     }
     let mut listeners = Vec::with_capacity(spec.listeners.len());
@@ -77,6 +80,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
 
     let mut routes = Vec::with_capacity(spec.routes.len());
     let mut router = SniRouter::default();
+    let mut listener_routers: HashMap<String, SniRouter> = HashMap::new();
     let mut destinations: HashMap<SocketAddr, usize> = HashMap::new();
     let mut authorities: HashMap<Authority, usize> = HashMap::new();
     let mut route_index = HashMap::with_capacity(spec.routes.len());
@@ -92,13 +96,38 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         if route_index.insert(r.name.as_str(), i).is_some() {
             return Err(format!("{}: the name is used by another route", at()));
         }
+        for (j, name) in r.listeners.iter().enumerate() {
+            match listeners.iter().find(|l| &l.name == name) {
+                Some(l) if l.kind == ListenerKind::Tls => {}
+                Some(_) => {
+                    return Err(format!(
+                        "{}.listeners[{j}]: listener {name} is not a tls listener (hostnames route tls listeners only)",
+                        at()
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "{}.listeners[{j}]: no listener is named {name}",
+                        at()
+                    ))
+                }
+            }
+        }
         for (j, h) in r.hostnames.iter().enumerate() {
-            if let Err(other) = router.insert(h.value.clone(), i) {
-                return Err(format!(
-                    "{}.hostnames[{j}]: `{h}` is already routed to {}",
-                    at(),
-                    spec.routes[other].name
-                ));
+            let insert = |router: &mut SniRouter| {
+                router.insert(h.value.clone(), i).map_err(|other| {
+                    format!(
+                        "{}.hostnames[{j}]: `{h}` is already routed to {}",
+                        at(),
+                        spec.routes[other].name
+                    )
+                })
+            };
+            if r.listeners.is_empty() {
+                insert(&mut router)?;
+            }
+            for name in &r.listeners {
+                insert(listener_routers.entry(name.clone()).or_default())?;
             }
         }
         for (j, d) in r.destinations.iter().enumerate() {
@@ -120,15 +149,16 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
                 ));
             }
         }
-        if r.backends.is_empty() {
-            return Err(format!("{}.backends: at least one backend is needed", at()));
-        }
-        let mut endpoints = Vec::with_capacity(r.backends.len());
-        for (j, a) in r.backends.iter().enumerate() {
-            if endpoints.contains(a) {
-                return Err(format!("{}.backends[{j}]: {a} is listed twice", at()));
+        let mut groups = Vec::with_capacity(r.groups.len());
+        for g in &r.groups {
+            let mut endpoints = Vec::with_capacity(g.backends.len());
+            for (j, a) in g.backends.iter().enumerate() {
+                if endpoints.contains(a) {
+                    return Err(format!("{}.backends[{j}]: {a} is listed twice", at()));
+                }
+                endpoints.push(a.clone());
             }
-            endpoints.push(a.clone());
+            groups.push((g, endpoints));
         }
         let health_check = r
             .health_check
@@ -168,12 +198,19 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         }
         routes.push(RouteSpec {
             name: r.name.clone(),
-            endpoints: EndpointSetSpec {
-                endpoints,
-                policy: r.policy,
-                health_check,
-                ejection,
-            },
+            groups: groups
+                .into_iter()
+                .map(|(g, endpoints)| BackendGroupSpec {
+                    name: g.name.clone(),
+                    weight: g.weight,
+                    endpoints: EndpointSetSpec {
+                        endpoints,
+                        policy: r.policy,
+                        health_check: health_check.clone(),
+                        ejection,
+                    },
+                })
+                .collect(),
             connect_timeout,
             relay: RelayConfig {
                 idle_timeout: r.idle_timeout,
@@ -196,6 +233,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         listeners,
         routes,
         router,
+        listener_routers,
         destinations,
         authorities,
         default_route,
