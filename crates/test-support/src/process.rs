@@ -248,6 +248,16 @@ impl ChildProcess {
         }
     }
 
+    /// The ready file as it is now (a role rewrites it when listeners come
+    /// or go on a reload).
+    pub fn current_report(&self) -> Result<ReadyReport> {
+        let path = self
+            .ready_file
+            .clone()
+            .ok_or_else(|| anyhow!("{} was launched without --ready-file", self.program))?;
+        Ok(ReadyReport::read(&path)?)
+    }
+
     /// Waits until the process has written its ready file (see
     /// [`Launcher::ready_file`]) and returns the report, failing early (with
     /// the log) if the process exits, or after `timeout`.

@@ -13,6 +13,7 @@ mod drain;
 mod etcd;
 mod failover;
 mod fragmentation;
+mod gateway_api;
 mod haproxy;
 mod limits;
 mod node_drain;

@@ -473,7 +473,7 @@ pub async fn run<R: Role>(
     let hurry = loop {
         tokio::select! {
             hurry = &mut termination => break hurry,
-            Some(event) = feeds.rx.recv() => reload(&running, &mut feeds, event).await,
+            Some(event) = feeds.rx.recv() => reload(&running, &mut feeds, event, options.ready_file.as_deref()).await,
         }
     };
     running.shutdown(hurry).await;
@@ -487,6 +487,7 @@ async fn reload<R: Role>(
     running: &Running<R>,
     feeds: &mut Feeds<R::Spec>,
     event: SourceEvent<R::Spec>,
+    ready_file: Option<&std::path::Path>,
 ) {
     let started = std::time::Instant::now();
     let label = feeds
@@ -518,6 +519,13 @@ async fn reload<R: Role>(
             running.reload_metrics.record(true, took);
             feeds.poll.send_replace(common.reload_interval);
             tracing::info!(source = %label, took = ?took, trigger = trigger.as_str(), "config reloaded");
+            // Listeners may have come or gone: the ready file says what is
+            // bound now.
+            if let Some(path) = ready_file {
+                if let Err(e) = running.ready_report().write(path) {
+                    tracing::warn!("--ready-file: {e}");
+                }
+            }
         }
         Err(e) => {
             running.reload_metrics.record(false, took);

@@ -84,6 +84,11 @@ impl GatewayProcess {
             .unwrap_or_else(|| panic!("no listener {name} in {:?}", self.report.listeners))
     }
 
+    /// The bound address of listener `name` as the ready file says now.
+    pub fn current_listener(&self, name: &str) -> Option<SocketAddr> {
+        self.process.current_report().ok()?.listener(name)
+    }
+
     /// The bound address of the listener named `public`.
     pub fn addr(&self) -> SocketAddr {
         self.listener("public")
