@@ -55,6 +55,25 @@ impl GatewayProcess {
         GatewayProcess::launch(binary, args, dir, config, listen, admin, worker_threads).await
     }
 
+    /// [`start`](Self::start) with more flags after `--config FILE`.
+    pub async fn start_with_args(
+        binary: &Path,
+        config_text: &str,
+        extra: &[&str],
+        listen: SocketAddr,
+        admin: SocketAddr,
+        worker_threads: usize,
+    ) -> Result<(GatewayProcess, Duration)> {
+        let dir = tempdir()?;
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(&config, config_text)
+            .with_context(|| format!("writing {}", config.display()))?;
+        let mut args: Vec<std::ffi::OsString> =
+            vec!["gateway".into(), "--config".into(), config.clone().into()];
+        args.extend(extra.iter().map(|a| a.into()));
+        GatewayProcess::launch(binary, args, dir, config, listen, admin, worker_threads).await
+    }
+
     /// Starts `apiway agent` in `direct` mode on `listen`, forwarding to the
     /// one `endpoint` with no health check (a plain per-node forwarder),
     /// with the same waits as [`start`](Self::start). Only the relay

@@ -25,7 +25,7 @@ impl HostPattern {
     /// Parses and normalizes a pattern; the error says what is wrong.
     pub fn parse(text: &str) -> Result<HostPattern, String> {
         let lower = normalize(text);
-        if lower == "*" {
+        if text == "*" {
             return Ok(HostPattern::Any);
         }
         if let Some(suffix) = lower.strip_prefix("*.") {

@@ -616,8 +616,13 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
     // but terminating one (backend x).
     kube.apply(&service("seed", "svc-t", &[ready(t.addr())]))
         .await?;
-    kube.apply(&slice("seed", "svc-t", "t-2", (x.addr(), false, true, true)))
-        .await?;
+    kube.apply(&slice(
+        "seed",
+        "svc-t",
+        "t-2",
+        (x.addr(), false, true, true),
+    ))
+    .await?;
     kube.apply(&route(
         "seed",
         "term",
@@ -644,8 +649,13 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
     );
     // The ready one starts terminating and stops serving: the terminating
     // serving one takes over.
-    kube.apply(&slice("seed", "svc-t", "svc-t-1", (t.addr(), false, false, true)))
-        .await?;
+    kube.apply(&slice(
+        "seed",
+        "svc-t",
+        "svc-t-1",
+        (t.addr(), false, false, true),
+    ))
+    .await?;
     eventually(
         "t.example on the terminating endpoint",
         Duration::from_secs(10),
@@ -689,8 +699,12 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
         "delete", "tlsroute", "-n", "seed", "churn-0", "churn-1", "churn-2",
     ])
     .await?;
-    kube.apply(&service("seed", "svc-y", &[ready(y.addr()), ready(t.addr())]))
-        .await?;
+    kube.apply(&service(
+        "seed",
+        "svc-y",
+        &[ready(y.addr()), ready(t.addr())],
+    ))
+    .await?;
     kube.apply(&route(
         "seed",
         "w",

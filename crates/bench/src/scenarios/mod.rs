@@ -10,12 +10,13 @@ pub mod client_failover;
 pub mod client_overhead;
 pub mod conn_rate;
 pub mod failover;
+pub mod gateway_api;
 pub mod idle_memory;
 pub mod reload;
 pub mod throughput;
 
 /// Every scenario, in run order.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "throughput",
     "conn_rate",
     "conn_rate_tls",
@@ -24,6 +25,7 @@ pub const ALL: [&str; 8] = [
     "agent_failover",
     "client_failover",
     "client_overhead",
+    "gateway_api",
 ];
 
 /// The SNI of the main route.

@@ -359,16 +359,21 @@ impl Source<GatewaySpec> for GatewaySource {
                     }
                     idle_logged = translation.idle_reason.clone();
                 }
-                let spec = GatewaySpec {
-                    listeners: translation.spec.listeners.clone(),
-                    routes: translation.spec.routes.clone(),
-                    kubernetes: true,
-                    ..GatewaySpec::default()
-                };
+                let mut translation = translation;
+                let listeners = std::mem::take(&mut translation.spec.listeners);
+                let routes = std::mem::take(&mut translation.spec.routes);
                 let took = started.elapsed();
                 status_tx.send_replace(Arc::new(translation));
-                let key = (spec.listeners.clone(), spec.routes.clone());
-                if last.as_ref() != Some(&key) {
+                let differs = last
+                    .as_ref()
+                    .is_none_or(|(l, r)| *l != listeners || *r != routes);
+                if differs {
+                    let spec = GatewaySpec {
+                        listeners: listeners.clone(),
+                        routes: routes.clone(),
+                        kubernetes: true,
+                        ..GatewaySpec::default()
+                    };
                     let trigger = if first {
                         Trigger::Start
                     } else {
@@ -377,7 +382,7 @@ impl Source<GatewaySpec> for GatewaySource {
                     if !out.send_synced(Ok(spec), trigger, took, true).await {
                         return;
                     }
-                    last = Some(key);
+                    last = Some((listeners, routes));
                 }
                 first = false;
                 tokio::select! {

@@ -355,7 +355,8 @@ async fn write_all(
         let Some(current) = stores.route(&route.namespace, &route.name) else {
             continue;
         };
-        let old = current.status.clone().unwrap_or_default();
+        let empty = RouteStatus::default();
+        let old = current.status.as_ref().unwrap_or(&empty);
         let controller = route
             .status
             .first()

@@ -600,7 +600,7 @@ pub fn translate(world: &World, settings: &Settings, now: &Time) -> Translation 
 
     // Routes, oldest first.
     let mut routes: Vec<&Arc<TlsRoute>> = world.routes.iter().collect();
-    routes.sort_by_key(|r| precedence(r));
+    routes.sort_by_cached_key(|r| precedence(r));
     // Per port: pattern → route that has it.
     let mut claimed: HashMap<u16, HashMap<HostPattern, String>> = HashMap::new();
     for route in routes {
@@ -635,7 +635,7 @@ pub fn translate(world: &World, settings: &Settings, now: &Time) -> Translation 
                 let port = b.port.unwrap_or(0);
                 let name = format!("{ns}/{}:{port}", b.name);
                 let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-                let resolved = if b.group.as_deref().unwrap_or("") != ""
+                let resolved = if !b.group.as_deref().unwrap_or("").is_empty()
                     || b.kind.as_deref().unwrap_or("Service") != "Service"
                 {
                     Err(Unresolved::InvalidKind(format!(
@@ -1019,5 +1019,267 @@ fn namespace_allowed(
             selector_matches(selector, &labels)
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelectorRequirement, ObjectMeta};
+
+    fn p(text: &str) -> HostPattern {
+        HostPattern::parse(text).unwrap()
+    }
+
+    fn texts(list: &[HostPattern]) -> Vec<String> {
+        list.iter().map(render).collect()
+    }
+
+    #[test]
+    fn hostnames_intersect_per_the_gateway_api() {
+        assert_eq!(texts(&intersect(None, &[])), ["*"]);
+        assert_eq!(texts(&intersect(None, &[p("a.x")])), ["a.x"]);
+        assert_eq!(texts(&intersect(Some(&p("*.x")), &[])), ["*.x"]);
+        // Exact route name within a wildcard listener.
+        assert_eq!(
+            texts(&intersect(Some(&p("*.x")), &[p("a.x"), p("a.y"), p("x")])),
+            ["a.x"]
+        );
+        // A route wildcard matching an exact listener name: the listener's.
+        assert_eq!(texts(&intersect(Some(&p("a.x")), &[p("*.x")])), ["a.x"]);
+        // Two wildcards: the more specific one.
+        assert_eq!(texts(&intersect(Some(&p("*.x")), &[p("*.a.x")])), ["*.a.x"]);
+        assert_eq!(texts(&intersect(Some(&p("*.a.x")), &[p("*.x")])), ["*.a.x"]);
+        assert!(intersect(Some(&p("*.x")), &[p("*.y")]).is_empty());
+        assert!(intersect(Some(&p("a.x")), &[p("b.x")]).is_empty());
+    }
+
+    #[test]
+    fn label_selectors() {
+        let labels: BTreeMap<String, String> =
+            [("team".to_owned(), "a".to_owned())].into_iter().collect();
+        let mut s = LabelSelector {
+            match_labels: Some(labels.clone()),
+            ..LabelSelector::default()
+        };
+        assert!(selector_matches(&s, &labels));
+        assert!(!selector_matches(&s, &BTreeMap::new()));
+        s.match_labels = None;
+        s.match_expressions = Some(vec![LabelSelectorRequirement {
+            key: "team".into(),
+            operator: "NotIn".into(),
+            values: Some(vec!["a".into()]),
+        }]);
+        assert!(!selector_matches(&s, &labels));
+        assert!(selector_matches(&s, &BTreeMap::new()));
+    }
+
+    fn meta(ns: &str, name: &str) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn world() -> World {
+        let listener = |name: &str, port: i32, hostname: Option<&str>| Listener {
+            name: name.into(),
+            hostname: hostname.map(Into::into),
+            port,
+            protocol: "TLS".into(),
+            tls: Some(ListenerTls {
+                mode: Some("Passthrough".into()),
+            }),
+            allowed_routes: None,
+        };
+        World {
+            classes: vec![Arc::new(GatewayClass {
+                metadata: ObjectMeta {
+                    name: Some("apiway".into()),
+                    ..ObjectMeta::default()
+                },
+                spec: GatewayClassSpec {
+                    controller_name: CONTROLLER.into(),
+                },
+                status: None,
+            })],
+            gateways: vec![Arc::new(Gateway {
+                metadata: meta("seed", "api"),
+                spec: GatewaySpec {
+                    gateway_class_name: "apiway".into(),
+                    listeners: vec![
+                        listener("a", 443, Some("*.a")),
+                        listener("b", 443, Some("*.b")),
+                        listener("dup1", 8443, None),
+                        listener("dup2", 8443, None),
+                    ],
+                },
+                status: None,
+            })],
+            services: vec![Arc::new(Service {
+                metadata: meta("seed", "svc"),
+                spec: Some(ServiceSpec {
+                    ports: Some(vec![ServicePort {
+                        name: Some("https".into()),
+                        port: 443,
+                        ..ServicePort::default()
+                    }]),
+                    ..ServiceSpec::default()
+                }),
+                ..Service::default()
+            })],
+            slices: vec![Arc::new(EndpointSlice {
+                metadata: ObjectMeta {
+                    labels: Some(
+                        [("kubernetes.io/service-name".to_owned(), "svc".to_owned())]
+                            .into_iter()
+                            .collect(),
+                    ),
+                    ..meta("seed", "svc-1")
+                },
+                address_type: "IPv6".into(),
+                endpoints: vec![
+                    Endpoint {
+                        addresses: vec!["fd00::1".into()],
+                        ..Endpoint::default()
+                    },
+                    Endpoint {
+                        addresses: vec!["fd00::2".into()],
+                        conditions: Some(EndpointConditions {
+                            ready: Some(false),
+                            serving: Some(true),
+                            terminating: Some(true),
+                        }),
+                        ..Endpoint::default()
+                    },
+                ],
+                ports: Some(vec![EndpointPort {
+                    name: Some("https".into()),
+                    port: Some(6443),
+                    ..EndpointPort::default()
+                }]),
+            })],
+            ..World::default()
+        }
+    }
+
+    fn tls_route(name: &str, hostnames: &[&str], created: i64) -> Arc<TlsRoute> {
+        let mut metadata = meta("seed", name);
+        metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(created).unwrap(),
+        ));
+        Arc::new(TlsRoute {
+            metadata,
+            spec: TlsRouteSpec {
+                parent_refs: vec![ParentReference {
+                    name: "api".into(),
+                    ..ParentReference::default()
+                }],
+                hostnames: hostnames.iter().map(|h| (*h).to_owned()).collect(),
+                rules: vec![TlsRouteRule {
+                    backend_refs: vec![BackendRef {
+                        name: "svc".into(),
+                        port: Some(443),
+                        ..BackendRef::default()
+                    }],
+                }],
+            },
+            status: None,
+        })
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            controller: CONTROLLER.into(),
+            namespace: "seed".into(),
+            name: "api".into(),
+            listen_address: IpAddr::from([127, 0, 0, 1]),
+        }
+    }
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn listeners_share_ports_and_conflicts_are_not_served() {
+        let t = translate(&world(), &settings(), &now());
+        let names: Vec<_> = t.spec.listeners.iter().map(|l| l.name.clone()).collect();
+        assert_eq!(names, ["gateway/seed/api:443"]);
+        let gw = t.gateway.unwrap().status;
+        let conflicted = |i: usize| {
+            gw.listeners[i]
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Conflicted" && c.status == "True")
+        };
+        assert!(!conflicted(0) && !conflicted(1) && conflicted(2) && conflicted(3));
+        assert_eq!(gw.conditions[0].reason, "ListenersNotValid");
+        assert_eq!(gw.conditions[0].status, "True");
+    }
+
+    #[test]
+    fn routes_attach_by_hostname_and_the_older_route_keeps_a_name() {
+        let mut w = world();
+        w.routes = vec![
+            tls_route("young", &["x.a", "y.a"], 2_000),
+            tls_route("old", &["x.a"], 1_000),
+            tls_route("stray", &["z.c"], 1_500),
+        ];
+        let t = translate(&w, &settings(), &now());
+        let route = |name: &str| {
+            t.spec
+                .routes
+                .iter()
+                .find(|r| r.name.ends_with(name))
+                .unwrap()
+        };
+        assert_eq!(
+            texts(
+                &route("/old")
+                    .hostnames
+                    .iter()
+                    .map(|h| h.value.clone())
+                    .collect::<Vec<_>>()
+            ),
+            ["x.a"]
+        );
+        assert_eq!(
+            texts(
+                &route("/young")
+                    .hostnames
+                    .iter()
+                    .map(|h| h.value.clone())
+                    .collect::<Vec<_>>()
+            ),
+            ["y.a"]
+        );
+        assert!(t.spec.routes.iter().all(|r| !r.name.ends_with("/stray")));
+        let status = |name: &str| {
+            t.routes.iter().find(|r| r.name == name).unwrap().status[0].conditions[0].clone()
+        };
+        assert_eq!(status("stray").reason, "NoMatchingListenerHostname");
+        assert!(status("young").message.contains("older TLSRoute seed/old"));
+        // Ready endpoints only (IPv6), at the endpoint port.
+        let backends = &route("/old").groups[0].backends;
+        assert_eq!(backends.len(), 1);
+        assert_eq!(backends[0].to_string(), "[fd00::1]:6443");
+    }
+
+    #[test]
+    fn another_controllers_class_is_left_alone() {
+        let mut w = world();
+        let mut class = (*w.classes[0]).clone();
+        class.spec.controller_name = "example.com/other".into();
+        w.classes = vec![Arc::new(class)];
+        w.routes = vec![tls_route("r", &["x.a"], 1)];
+        let t = translate(&w, &settings(), &now());
+        assert!(t.gateway.is_none() && t.class.is_none() && t.routes.is_empty());
+        assert!(t.spec.listeners.is_empty() && t.spec.routes.is_empty());
+        assert!(t.idle_reason.unwrap().contains("example.com/other"));
     }
 }
