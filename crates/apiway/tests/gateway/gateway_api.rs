@@ -569,7 +569,7 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
         closed_port()?.port(),
         closed_port()?.port(),
     );
-    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    let mut kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
     kube.apply(CLASS).await?;
     kube.apply(&gateway(tls, internal, http)).await?;
     kube.apply(&service("seed", "svc-x", &[ready(x.addr())]))
@@ -694,11 +694,24 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
             ping(s, (batch * 100 + i) as u32).await?;
         }
     }
-    // Removing and changing routes, Services and endpoints too.
+    // Removing and changing routes, Services and endpoints too. A
+    // connection of a removed route keeps running.
+    let c0_hello = rustls_hello(&pki, "c0.example", false)?.hello;
+    let mut removed_route_stream = open_stream(tls, &c0_hello).await?;
     kube.kubectl(&[
         "delete", "tlsroute", "-n", "seed", "churn-0", "churn-1", "churn-2",
     ])
     .await?;
+    eventually("c0.example refused", Duration::from_secs(10), || async {
+        match open_stream(tls, &c0_hello).await {
+            Err(_) => Ok(()),
+            Ok(_) => Err("still routed".to_owned()),
+        }
+    })
+    .await?;
+    ping(&mut removed_route_stream, 1)
+        .await
+        .context("the removed route's connection")?;
     kube.apply(&service(
         "seed",
         "svc-y",
@@ -719,11 +732,150 @@ async fn weights_terminating_endpoints_and_changes_that_break_nothing() -> Resul
             .await
             .with_context(|| format!("stream {i} after the changes"))?;
     }
+    // The API server goes away: routing stays as it was, errors are
+    // counted, and streams carry on.
+    kube.kill();
+    let errors = eventually("watch errors counted", Duration::from_secs(15), || async {
+        let m = gateway.metrics().await.map_err(|e| e.to_string())?;
+        let n = m.count(
+            "apiway_kubernetes_watch_errors_total",
+            &[("kind", "TLSRoute")],
+        );
+        (n > 0.0).then_some(n).ok_or(format!("{n}"))
+    })
+    .await?;
+    ensure!(errors > 0.0);
+    drop(
+        open_stream(tls, &hello)
+            .await
+            .context("routing after the API went away")?,
+    );
+    for (i, s) in streams.iter_mut().enumerate() {
+        ping(s, 9000 + i as u32).await?;
+    }
     let metrics = gateway.metrics().await?;
     ensure!(
         metrics.count("apiway_kubernetes_tlsroutes", &[]) == 99.0,
         "{}",
         metrics.matching("apiway_kubernetes")
     );
+    Ok(())
+}
+
+/// `deploy/gateway-api/gateway.yaml` applies with kubectl, its RBAC covers
+/// what the gateway watches and writes, and its Gateway and TLSRoute work
+/// as written (the namespace selector, the health-check annotation) when a
+/// gateway serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deploy_manifests_apply_and_serve() -> Result<()> {
+    let pki = Pki::new()?;
+    let api = pki
+        .standin("shoot-a", &["api.shoot-a.seed.example.com"], false)
+        .await?;
+    let port = closed_port()?.port();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = std::fs::read_to_string(root.join("deploy/gateway-api/gateway.yaml"))?
+        .replace("port: 8443", &format!("port: {port}"));
+    let kube = KubeApiProcess::start(APIWAY.as_ref()).await?;
+    kube.apply(&manifest).await?;
+
+    // RBAC: every kind the source watches, every status it writes, Leases.
+    let role: Value = serde_json::from_str(
+        &kube
+            .kubectl(&["get", "clusterrole", "apiway-gateway", "-o", "json"])
+            .await?,
+    )?;
+    let allows = |group: &str, resource: &str, verb: &str| {
+        role["rules"].as_array().into_iter().flatten().any(|r| {
+            let has = |k: &str, v: &str| r[k].as_array().is_some_and(|a| a.iter().any(|x| x == v));
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    for (group, resource) in [
+        ("gateway.networking.k8s.io", "gatewayclasses"),
+        ("gateway.networking.k8s.io", "gateways"),
+        ("gateway.networking.k8s.io", "tlsroutes"),
+        ("gateway.networking.k8s.io", "referencegrants"),
+        ("", "services"),
+        ("", "namespaces"),
+        ("discovery.k8s.io", "endpointslices"),
+    ] {
+        for verb in ["list", "watch"] {
+            ensure!(allows(group, resource, verb), "{verb} {group}/{resource}");
+        }
+    }
+    for resource in [
+        "gatewayclasses/status",
+        "gateways/status",
+        "tlsroutes/status",
+    ] {
+        ensure!(
+            allows("gateway.networking.k8s.io", resource, "patch"),
+            "{resource}"
+        );
+    }
+    let lease_role = kube
+        .kubectl(&[
+            "get",
+            "role",
+            "apiway-gateway-status-lease",
+            "-n",
+            "apiway",
+            "-o",
+            "json",
+        ])
+        .await?;
+    ensure!(lease_role.contains("leases") && lease_role.contains("\"update\""));
+    let deployment = kube
+        .kubectl(&[
+            "get",
+            "deployment",
+            "apiway-gateway-kubernetes",
+            "-n",
+            "apiway",
+            "-o",
+            "json",
+        ])
+        .await?;
+    ensure!(deployment.contains("--kubernetes-gateway=apiway/seed-api"));
+
+    // The example cluster's kube-apiserver Service, at the stand-in.
+    kube.apply(&service("shoot-a", "kube-apiserver", &[ready(api.addr())]))
+        .await?;
+    let kubeconfig = kube.kubeconfig().to_string_lossy().into_owned();
+    let _gateway = GatewayProcess::start_with_args(
+        None,
+        "admin: {address: 127.0.0.1:0}\n",
+        &[
+            "--kubernetes-gateway",
+            "apiway/seed-api",
+            "--kubeconfig",
+            &kubeconfig,
+            "--listen-address",
+            "127.0.0.1",
+        ],
+    )
+    .await?;
+    wait_served_by(port, "api.shoot-a.seed.example.com", &pki, "shoot-a").await?;
+    wait_route(
+        &kube,
+        "shoot-a",
+        "kube-apiserver",
+        "Accepted",
+        ("True", "Accepted"),
+    )
+    .await?;
+    // A namespace without the label may not attach.
+    kube.kubectl(&["label", "namespace", "shoot-a", "apiway.dev/api-routes-"])
+        .await?;
+    wait_route(
+        &kube,
+        "shoot-a",
+        "kube-apiserver",
+        "Accepted",
+        ("False", "NotAllowedByListeners"),
+    )
+    .await?;
+    wait_refused(port, "api.shoot-a.seed.example.com", &pki).await?;
     Ok(())
 }
