@@ -304,6 +304,9 @@ async fn phase(
         .await?;
         change.push(t0.elapsed());
     }
+    if std::env::var_os("APIWAY_BENCH_LOG").is_some() {
+        eprintln!("{}", gateway.log_tail());
+    }
     drop(gateway);
 
     // The same routes from a file: the peer in this run.

@@ -363,6 +363,7 @@ impl Source<GatewaySpec> for GatewaySource {
                 let listeners = std::mem::take(&mut translation.spec.listeners);
                 let routes = std::mem::take(&mut translation.spec.routes);
                 let took = started.elapsed();
+                tracing::debug!(took = ?took, routes = translation.routes.len(), "translated the Gateway API objects");
                 status_tx.send_replace(Arc::new(translation));
                 let differs = last
                     .as_ref()
