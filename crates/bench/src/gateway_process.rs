@@ -47,12 +47,8 @@ impl GatewayProcess {
         admin: SocketAddr,
         worker_threads: usize,
     ) -> Result<(GatewayProcess, Duration)> {
-        let dir = tempdir()?;
-        let config = dir.path().join("gateway.yaml");
-        std::fs::write(&config, config_text)
-            .with_context(|| format!("writing {}", config.display()))?;
-        let args = vec!["gateway".into(), "--config".into(), config.clone().into()];
-        GatewayProcess::launch(binary, args, dir, config, listen, admin, worker_threads).await
+        GatewayProcess::start_with_args(binary, config_text, &[], listen, admin, worker_threads)
+            .await
     }
 
     /// [`start`](Self::start) with more flags after `--config FILE`.

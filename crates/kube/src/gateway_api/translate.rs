@@ -451,10 +451,21 @@ fn route_extras(route: &TlsRoute) -> Result<RouteExtras, String> {
     )?;
     let health_check = match route.annotations().get(HEALTH_CHECK_ANNOTATION) {
         None => None,
-        Some(text) => Some(
-            serde_json::from_str(text)
-                .map_err(|e| format!("annotation {HEALTH_CHECK_ANNOTATION}: {e}"))?,
-        ),
+        Some(text) => {
+            let at = |e: String| format!("annotation {HEALTH_CHECK_ANNOTATION}: {e}");
+            let check: apiway_core::health::HealthCheckConfig =
+                serde_json::from_str(text).map_err(|e| at(e.to_string()))?;
+            // A file on the gateway's disk is not the route author's to name.
+            if check.ca_file.is_some() {
+                return Err(at("ca_file cannot be set from Kubernetes".into()));
+            }
+            // Checked here, so that one route's bad check is that route's
+            // problem, not a configuration the runtime refuses whole.
+            check
+                .validate_with(&apiway_core::health::CheckDefaults::GATEWAY)
+                .map_err(at)?;
+            Some(check)
+        }
     };
     Ok(RouteExtras {
         destinations,
@@ -603,9 +614,16 @@ pub fn translate(world: &World, settings: &Settings, now: &Time) -> Translation 
     routes.sort_by_cached_key(|r| precedence(r));
     // Per port: pattern → route that has it.
     let mut claimed: HashMap<u16, HashMap<HostPattern, String>> = HashMap::new();
+    // Original destinations and CONNECT authorities → route that has them.
+    let mut claimed_destinations: HashMap<SocketAddr, String> = HashMap::new();
+    let mut claimed_authorities: HashMap<Authority, String> = HashMap::new();
+    let mut seen_routes: HashSet<(String, String)> = HashSet::new();
     for route in routes {
         let route_ns = route.namespace().unwrap_or_default();
         let route_name_k = route.name_any();
+        if !seen_routes.insert((route_ns.clone(), route_name_k.clone())) {
+            continue;
+        }
         let ours: Vec<(usize, &ParentReference)> = route
             .spec
             .parent_refs
@@ -820,7 +838,54 @@ pub fn translate(world: &World, settings: &Settings, now: &Time) -> Translation 
         });
 
         // The gateway routes.
-        let Ok(extras) = extras else { continue };
+        let Ok(mut extras) = extras else { continue };
+        if !served.is_empty() {
+            let me = route_key(&route_ns, &route_name_k);
+            extras.destinations.retain(|d| {
+                let key = apiway_gateway::config::destination_key(*d);
+                match claimed_destinations.get(&key) {
+                    Some(owner) if *owner != me => {
+                        lost.push(format!(
+                            "destination {d} belongs to the older TLSRoute {owner}"
+                        ));
+                        false
+                    }
+                    Some(_) => false,
+                    None => {
+                        claimed_destinations.insert(key, me.clone());
+                        true
+                    }
+                }
+            });
+            extras
+                .authorities
+                .retain(|a| match claimed_authorities.get(&a.value) {
+                    Some(owner) if *owner != me => {
+                        lost.push(format!(
+                            "authority {a} belongs to the older TLSRoute {owner}"
+                        ));
+                        false
+                    }
+                    Some(_) => false,
+                    None => {
+                        claimed_authorities.insert(a.value.clone(), me.clone());
+                        true
+                    }
+                });
+            if !lost.is_empty() {
+                if let Some(parents) = out.routes.last_mut() {
+                    for p in &mut parents.status {
+                        if let Some(c) = p
+                            .conditions
+                            .iter_mut()
+                            .find(|c| c.type_ == "Accepted" && c.status == "True")
+                        {
+                            c.message = format!("attached; not served: {}", lost.join("; "));
+                        }
+                    }
+                }
+            }
+        }
         let several = served.len() > 1;
         let mut first = true;
         for (port, hosts) in served {
@@ -1268,6 +1333,83 @@ mod tests {
         let backends = &route("/old").groups[0].backends;
         assert_eq!(backends.len(), 1);
         assert_eq!(backends[0].to_string(), "[fd00::1]:6443");
+    }
+
+    #[test]
+    fn annotations_are_claimed_oldest_first_and_a_bad_one_stays_with_its_route() {
+        let annotated = |name: &str, host: &str, created: i64, pairs: &[(&str, &str)]| {
+            let mut route = (*tls_route(name, &[host], created)).clone();
+            route.metadata.annotations = Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            );
+            Arc::new(route)
+        };
+        let mut w = world();
+        w.routes = vec![
+            annotated(
+                "young",
+                "y.a",
+                2_000,
+                &[
+                    (DESTINATIONS_ANNOTATION, "10.96.0.1:443, 10.96.0.2:443"),
+                    (CONNECT_AUTHORITIES_ANNOTATION, "api.y:443"),
+                ],
+            ),
+            annotated(
+                "old",
+                "x.a",
+                1_000,
+                &[(DESTINATIONS_ANNOTATION, "10.96.0.1:443")],
+            ),
+            annotated(
+                "checked",
+                "z.a",
+                1_500,
+                &[(
+                    HEALTH_CHECK_ANNOTATION,
+                    r#"{"kind": "https", "ca_file": "/etc/shadow"}"#,
+                )],
+            ),
+        ];
+        let t = translate(&w, &settings(), &now());
+        let route = |name: &str| t.spec.routes.iter().find(|r| r.name.ends_with(name));
+        let dests = |name: &str| {
+            route(name)
+                .unwrap()
+                .destinations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(dests("/old"), ["10.96.0.1:443"]);
+        assert_eq!(dests("/young"), ["10.96.0.2:443"]);
+        assert_eq!(route("/young").unwrap().connect_authorities.len(), 1);
+        // The bad health check keeps its route out and says why.
+        assert!(route("/checked").is_none());
+        let status = |name: &str| {
+            t.routes.iter().find(|r| r.name == name).unwrap().status[0]
+                .conditions
+                .clone()
+        };
+        let young = status("young");
+        assert!(young[0]
+            .message
+            .contains("10.96.0.1:443 belongs to the older TLSRoute seed/old"));
+        let checked = status("checked");
+        assert!(checked
+            .iter()
+            .any(|c| c.reason == "UnsupportedValue" && c.message.contains("ca_file")));
+        // What reaches the runtime validates whole.
+        let spec = apiway_gateway::config::GatewaySpec {
+            listeners: t.spec.listeners,
+            routes: t.spec.routes,
+            kubernetes: true,
+            ..Default::default()
+        };
+        apiway_gateway::config::validate(spec).unwrap();
     }
 
     #[test]
