@@ -53,6 +53,7 @@ impl Role for Agent {
                 format!("{:?}", snapshot.addresses),
             ),
             ("upstream", format!("{:?}", snapshot.upstream.mode)),
+            ("target", format!("{:?}", snapshot.targets)),
             ("discover_endpoints", format!("{:?}", snapshot.discovery)),
         ]
     }
@@ -71,9 +72,15 @@ impl Role for Agent {
     ) -> anyhow::Result<Arc<Agent>> {
         let mut addresses = LocalAddresses::add(&snapshot.addresses)?;
         let mut sockets = Vec::new();
-        for addr in &snapshot.listen {
+        let every = snapshot
+            .listen
+            .iter()
+            .map(|a| (*a, None))
+            .chain(snapshot.targets.iter().map(|(a, d)| (*a, Some(d.clone()))));
+        for (addr, destination) in every {
+            let addr = &addr;
             match listener::bind(*addr) {
-                Ok(socket) => sockets.push((*addr, socket)),
+                Ok(socket) => sockets.push((*addr, destination, socket)),
                 Err(e) => {
                     addresses.release();
                     let owned = snapshot.addresses.addresses.contains(&addr.ip());
@@ -107,13 +114,35 @@ impl Role for Agent {
             spec.dns_refresh,
             resolver.clone(),
         );
-        let upstream = Arc::new(Upstream::new(spec, set));
+        let tunnel = match &spec.tunnel {
+            Some(settings) => {
+                let metrics = apiway_tunnel::metrics::TunnelMetrics::default();
+                metrics.register(registry);
+                let client = apiway_tunnel::client::TunnelClient::new(
+                    set.clone(),
+                    settings.clone(),
+                    metrics,
+                );
+                client.keep_warm(stop.child_token());
+                Some(client)
+            }
+            None => None,
+        };
+        let upstream = Arc::new(Upstream::new(spec, set, tunnel));
         let mut listeners = Vec::new();
-        for (configured, socket) in sockets {
+        for (configured, destination, socket) in sockets {
             let local = socket.local_addr()?;
             let slots = Slots::new(snapshot.max_connections);
             let handles = Arc::new(ListenerHandles::new(&local.to_string(), &metrics));
-            tracing::info!(address = %local, upstream = ?snapshot.upstream.mode, "listening");
+            match &destination {
+                Some(d) => {
+                    tracing::info!(address = %local, destination = %d, "listening; connections go through the tunnel")
+                }
+                None => {
+                    tracing::info!(address = %local, upstream = ?snapshot.upstream.mode, "listening")
+                }
+            }
+            let destination: Option<Arc<str>> = destination.map(Into::into);
             let upstream = upstream.clone();
             let rejected = handles.clone();
             tokio::spawn(listener::accept_loop(
@@ -126,7 +155,14 @@ impl Role for Agent {
                     tracing::debug!(%peer, listener = %rejected.name, "max_connections reached; closed");
                 },
                 move |stream, peer, slot| {
-                    crate::upstream::serve(upstream.clone(), handles.clone(), stream, peer, slot)
+                    crate::upstream::serve(
+                        upstream.clone(),
+                        destination.clone(),
+                        handles.clone(),
+                        stream,
+                        peer,
+                        slot,
+                    )
                 },
             ));
             listeners.push((configured.to_string(), local, slots));
@@ -180,6 +216,9 @@ impl Role for Agent {
         }
         for (_, _, slots) in &self.listeners {
             slots.set_max(next.max_connections);
+        }
+        if let (Some(client), Some(settings)) = (self.upstream.tunnel(), &next.upstream.tunnel) {
+            client.set_settings(settings.clone());
         }
         self.upstream.replace_spec(next.upstream.clone());
         *running = next;

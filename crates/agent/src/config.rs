@@ -32,6 +32,9 @@ pub enum UpstreamMode {
     Proxy,
     /// To a gateway, through an HTTP/1.1 `CONNECT` tunnel.
     Connect,
+    /// Through a tunnel server (`apiway tunnel-server`, KEP-2025): one
+    /// gRPC stream per connection, to the `--target` destination.
+    Tunnel,
 }
 
 impl std::str::FromStr for UpstreamMode {
@@ -41,8 +44,9 @@ impl std::str::FromStr for UpstreamMode {
             "direct" => Ok(UpstreamMode::Direct),
             "proxy" => Ok(UpstreamMode::Proxy),
             "connect" => Ok(UpstreamMode::Connect),
+            "tunnel" => Ok(UpstreamMode::Tunnel),
             other => Err(format!(
-                "`{other}` is not an upstream mode; use direct, proxy or connect"
+                "`{other}` is not an upstream mode; use direct, proxy, connect or tunnel"
             )),
         }
     }
@@ -80,8 +84,9 @@ pub struct AgentSettings {
     #[serde(default)]
     pub keep_address: bool,
     /// Where connections go: `direct` (to --endpoint), `proxy` (to
-    /// --gateway with a PROXY v2 header) or `connect` (to --gateway through
-    /// HTTP CONNECT) [default: direct].
+    /// --gateway with a PROXY v2 header), `connect` (to --gateway through
+    /// HTTP CONNECT) or `tunnel` (through --tunnel-server to each --target's
+    /// destination) [default: direct].
     #[arg(long, value_name = "MODE")]
     #[serde(default)]
     pub upstream: Option<UpstreamMode>,
@@ -95,6 +100,51 @@ pub struct AgentSettings {
     #[arg(long = "gateway", value_name = "HOST:PORT")]
     #[serde(default)]
     pub gateways: Vec<String>,
+    /// `tunnel`: LOCAL_PORT:DST_HOST:DST_PORT (repeatable; `[v6]` in
+    /// brackets): listen on each --bind-address (127.0.0.1 without one) at
+    /// LOCAL_PORT and have the tunnel server dial DST_HOST:DST_PORT.
+    #[arg(long, value_name = "LOCAL_PORT:DST_HOST:DST_PORT")]
+    #[serde(default)]
+    pub target: Vec<String>,
+    /// `tunnel`: tunnel server host:port (repeatable; a DNS name means
+    /// every address). A warm HTTP/2 connection is kept to each; new
+    /// connections go to the best one and move at once when one dies.
+    #[arg(long = "tunnel-server", value_name = "HOST:PORT")]
+    #[serde(default)]
+    pub tunnel_servers: Vec<String>,
+    /// `tunnel`: CA (PEM) that signs the tunnel servers' certificates.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tunnel_ca: Option<PathBuf>,
+    /// `tunnel`: the agent's client certificate (PEM); re-read when it
+    /// changes.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tunnel_cert: Option<PathBuf>,
+    /// `tunnel`: the key of --tunnel-cert (PEM).
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tunnel_key: Option<PathBuf>,
+    /// `tunnel`: the name the servers' certificates must carry [default:
+    /// each --tunnel-server's host].
+    #[arg(long, value_name = "NAME")]
+    #[serde(default)]
+    pub tunnel_server_name: Option<String>,
+    /// `tunnel`: HTTP/2 PING interval; a server that does not answer
+    /// within --tunnel-keepalive-timeout is dead and its new connections go
+    /// elsewhere [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub tunnel_keepalive_interval: Option<Duration>,
+    /// See --tunnel-keepalive-interval [default: 2s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub tunnel_keepalive_timeout: Option<Duration>,
+    /// `tunnel`: time for the server's DIAL_RSP, and how long a connection
+    /// waits while no tunnel server is up [default: 5s].
+    #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
+    #[serde(default, with = "apiway_core::duration::option")]
+    pub dial_timeout: Option<Duration>,
     /// `health_check:` in the file: the gateway's schema (`kind:
     /// https|tcp|none`, `path`, `interval`, `timeout`, `rise`, `fall`,
     /// `server_name`, `ca_file`, `insecure_skip_verify`) with the agent's
@@ -212,6 +262,19 @@ impl AgentSettings {
             upstream: later.upstream.or(self.upstream),
             endpoints: add(self.endpoints, later.endpoints),
             gateways: add(self.gateways, later.gateways),
+            target: add(self.target, later.target),
+            tunnel_servers: add(self.tunnel_servers, later.tunnel_servers),
+            tunnel_ca: later.tunnel_ca.or(self.tunnel_ca),
+            tunnel_cert: later.tunnel_cert.or(self.tunnel_cert),
+            tunnel_key: later.tunnel_key.or(self.tunnel_key),
+            tunnel_server_name: later.tunnel_server_name.or(self.tunnel_server_name),
+            tunnel_keepalive_interval: later
+                .tunnel_keepalive_interval
+                .or(self.tunnel_keepalive_interval),
+            tunnel_keepalive_timeout: later
+                .tunnel_keepalive_timeout
+                .or(self.tunnel_keepalive_timeout),
+            dial_timeout: later.dial_timeout.or(self.dial_timeout),
             health_check: later.health_check.or(self.health_check),
             health_check_flag: later.health_check_flag.or(self.health_check_flag),
             health_check_interval: later.health_check_interval.or(self.health_check_interval),
@@ -261,6 +324,8 @@ pub struct UpstreamSpec {
     pub connector: TcpConnector,
     /// DNS re-resolution interval.
     pub dns_refresh: Duration,
+    /// `tunnel`: how the tunnel servers are reached.
+    pub tunnel: Option<apiway_tunnel::client::ClientSettings>,
 }
 
 impl UpstreamSpec {
@@ -269,6 +334,7 @@ impl UpstreamSpec {
         match self.mode {
             UpstreamMode::Direct => "direct",
             UpstreamMode::Proxy | UpstreamMode::Connect => "gateway",
+            UpstreamMode::Tunnel => "tunnel_server",
         }
     }
 }
@@ -280,6 +346,8 @@ pub struct Snapshot {
     pub common: Common,
     /// Listener addresses.
     pub listen: Vec<SocketAddr>,
+    /// `tunnel`: listener addresses with the destination each forwards to.
+    pub targets: Vec<(SocketAddr, String)>,
     /// Addresses to own.
     pub addresses: AddressSpec,
     /// Where connections go.
@@ -327,7 +395,15 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
         }
         listen.push(a);
     }
-    if listen.is_empty() {
+    let mode = file.upstream.unwrap_or(UpstreamMode::Direct);
+    let targets = targets(mode, &file)?;
+    if mode == UpstreamMode::Tunnel && !listen.is_empty() {
+        return Err(
+            "--upstream tunnel forwards --target listeners only; replace --listen IP:PORT with --target PORT:HOST:PORT"
+                .into(),
+        );
+    }
+    if listen.is_empty() && targets.is_empty() {
         return Err("no listener: give --listen IP:PORT (or `listen:` in the config file)".into());
     }
 
@@ -352,19 +428,24 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
         ));
     }
 
-    let mode = file.upstream.unwrap_or(UpstreamMode::Direct);
     let (list, flag, other, other_flag) = match mode {
         UpstreamMode::Direct => (
             &file.endpoints,
             "--endpoint",
-            file.gateways.len(),
-            "--gateway",
+            file.gateways.len() + file.tunnel_servers.len(),
+            "--gateway / --tunnel-server",
+        ),
+        UpstreamMode::Tunnel => (
+            &file.tunnel_servers,
+            "--tunnel-server",
+            file.gateways.len() + file.endpoints.len(),
+            "--gateway / --endpoint",
         ),
         _ => (
             &file.gateways,
             "--gateway",
-            file.endpoints.len(),
-            "--endpoint",
+            file.endpoints.len() + file.tunnel_servers.len(),
+            "--endpoint / --tunnel-server",
         ),
     };
     let mode_name = format!("{mode:?}").to_lowercase();
@@ -452,9 +533,11 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
     if max_connections == 0 {
         return Err("--max-connections must be at least 1".into());
     }
+    let tunnel = tunnel_settings(mode, &file, connect_timeout)?;
     let connector = TcpConnector {
         via: match mode {
-            UpstreamMode::Direct => Via::Direct,
+            // `tunnel` dials through the tunnel client, not a TCP connector.
+            UpstreamMode::Direct | UpstreamMode::Tunnel => Via::Direct,
             UpstreamMode::Proxy => Via::ProxyHeader {
                 version: apiway_wire::proxy::Version::V2,
                 authority,
@@ -469,6 +552,7 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
     Ok(Snapshot {
         common,
         listen,
+        targets,
         addresses: AddressSpec {
             addresses,
             interface,
@@ -489,10 +573,121 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             close_on_down: file.close_on_down,
             dns_refresh,
             connector,
+            tunnel,
         },
         max_connections,
         discovery,
     })
+}
+
+/// `--target` listeners: each local port on every `--bind-address`
+/// (127.0.0.1 without one), with its destination as the tunnel server
+/// must name it.
+fn targets(mode: UpstreamMode, file: &AgentSettings) -> Result<Vec<(SocketAddr, String)>, String> {
+    if file.target.is_empty() {
+        if mode == UpstreamMode::Tunnel {
+            return Err(
+                "--upstream tunnel needs at least one --target LOCAL_PORT:DST_HOST:DST_PORT".into(),
+            );
+        }
+        return Ok(Vec::new());
+    }
+    if mode != UpstreamMode::Tunnel {
+        return Err("--target applies to --upstream tunnel only".into());
+    }
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for text in &file.bind_address {
+        if let Ok(ip) = text.trim().parse::<IpAddr>() {
+            if !ips.contains(&ip) {
+                ips.push(ip);
+            }
+        }
+    }
+    if ips.is_empty() {
+        ips.push(IpAddr::from([127, 0, 0, 1]));
+    }
+    let mut out: Vec<(SocketAddr, String)> = Vec::new();
+    for text in &file.target {
+        let bad = |why: &str| {
+            format!("--target `{text}`: {why}; write LOCAL_PORT:DST_HOST:DST_PORT, e.g. 6443:apiserver.internal:6443")
+        };
+        let (port, destination) = text.split_once(':').ok_or_else(|| bad("no destination"))?;
+        let port: u16 = port
+            .parse()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or_else(|| bad("LOCAL_PORT must be 1 to 65535"))?;
+        let destination = Address::parse(destination).map_err(|e| bad(&e))?;
+        for ip in &ips {
+            let addr = SocketAddr::new(*ip, port);
+            if out.iter().any(|(a, _)| *a == addr) {
+                return Err(format!("--target: local port {port} is given twice"));
+            }
+            out.push((addr, destination.to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// `tunnel`: how the tunnel servers are reached.
+fn tunnel_settings(
+    mode: UpstreamMode,
+    file: &AgentSettings,
+    connect_timeout: Duration,
+) -> Result<Option<apiway_tunnel::client::ClientSettings>, String> {
+    let given = file.tunnel_ca.is_some()
+        || file.tunnel_cert.is_some()
+        || file.tunnel_key.is_some()
+        || file.tunnel_server_name.is_some();
+    if mode != UpstreamMode::Tunnel {
+        if given {
+            return Err("--tunnel-ca, --tunnel-cert, --tunnel-key and --tunnel-server-name apply to --upstream tunnel only".into());
+        }
+        return Ok(None);
+    }
+    let ca = file.tunnel_ca.clone().ok_or(
+        "--upstream tunnel needs --tunnel-ca FILE: the CA that signs the tunnel servers' certificates",
+    )?;
+    apiway_core::tls::load_certs(&ca).map_err(|e| format!("--tunnel-ca {e}"))?;
+    let client_cert = match (&file.tunnel_cert, &file.tunnel_key) {
+        (Some(c), Some(k)) => {
+            apiway_core::tls::load_certs(c).map_err(|e| format!("--tunnel-cert {e}"))?;
+            apiway_core::tls::load_key(k).map_err(|e| format!("--tunnel-key {e}"))?;
+            (c.clone(), k.clone())
+        }
+        _ => {
+            return Err(
+                "--upstream tunnel needs --tunnel-cert FILE and --tunnel-key FILE: the agent's client certificate, which the tunnel server verifies"
+                    .into(),
+            )
+        }
+    };
+    let defaults = apiway_tunnel::client::ClientSettings::default();
+    let s = apiway_tunnel::client::ClientSettings {
+        tls: apiway_core::tls::TlsClientOptions {
+            server_name: file.tunnel_server_name.clone(),
+            ca_file: Some(ca),
+            client_cert: Some(client_cert),
+        },
+        connect_timeout,
+        dial_timeout: file.dial_timeout.unwrap_or(defaults.dial_timeout),
+        keepalive_interval: file
+            .tunnel_keepalive_interval
+            .unwrap_or(defaults.keepalive_interval),
+        keepalive_timeout: file
+            .tunnel_keepalive_timeout
+            .unwrap_or(defaults.keepalive_timeout),
+    };
+    for (name, d) in [
+        ("--dial-timeout", s.dial_timeout),
+        ("--tunnel-keepalive-interval", s.keepalive_interval),
+        ("--tunnel-keepalive-timeout", s.keepalive_timeout),
+    ] {
+        if d.is_zero() {
+            return Err(format!("{name} must be more than 0"));
+        }
+    }
+    Ok(Some(s))
 }
 
 /// The health check from `--health-check` or the file. `direct` checks

@@ -15,6 +15,8 @@ use tokio::net::TcpStream;
 use apiway_core::endpoint::EndpointSet;
 use arc_swap::ArcSwap;
 
+use apiway_tunnel::client::{DialError, TunnelClient};
+
 use crate::config::UpstreamSpec;
 use crate::metrics::ListenerHandles;
 
@@ -23,14 +25,24 @@ use crate::metrics::ListenerHandles;
 pub(crate) struct Upstream {
     spec: ArcSwap<UpstreamSpec>,
     set: Arc<EndpointSet>,
+    tunnel: Option<Arc<TunnelClient>>,
 }
 
 impl Upstream {
-    pub(crate) fn new(spec: UpstreamSpec, set: Arc<EndpointSet>) -> Upstream {
+    pub(crate) fn new(
+        spec: UpstreamSpec,
+        set: Arc<EndpointSet>,
+        tunnel: Option<Arc<TunnelClient>>,
+    ) -> Upstream {
         Upstream {
             spec: ArcSwap::from_pointee(spec),
             set,
+            tunnel,
         }
+    }
+
+    pub(crate) fn tunnel(&self) -> Option<&Arc<TunnelClient>> {
+        self.tunnel.as_ref()
     }
 
     pub(crate) fn upstream(&self) -> Arc<UpstreamSpec> {
@@ -46,9 +58,11 @@ impl Upstream {
     }
 }
 
-/// Serves one accepted connection.
+/// Serves one accepted connection; `destination` is the `--target`
+/// destination of a tunnel listener.
 pub(crate) async fn serve(
     shared: Arc<Upstream>,
+    destination: Option<Arc<str>>,
     handles: Arc<ListenerHandles>,
     client: TcpStream,
     peer: SocketAddr,
@@ -58,6 +72,9 @@ pub(crate) async fn serve(
     handles.open.inc();
     let _open = OpenGuard(&handles);
     let _slot = slot;
+    if let (Some(tunnel), Some(destination)) = (shared.tunnel.clone(), destination) {
+        return through_tunnel(&shared, &tunnel, &destination, &handles, client, peer).await;
+    }
     // Boxed: the dial and CONNECT phases hold far more than the relay, and
     // an idle connection should pay only for the relay.
     let Some((relaying, close_on_down)) = Box::pin(prepare(&shared, &handles, client, peer)).await
@@ -84,6 +101,35 @@ pub(crate) async fn serve(
             tracing::info!(%peer, backend = endpoint.name(), "endpoint marked down; closing its connection (--close-on-down)");
         }
     }
+}
+
+/// `tunnel`: one Proxy stream to `destination`, then the relay.
+async fn through_tunnel(
+    shared: &Upstream,
+    tunnel: &TunnelClient,
+    destination: &str,
+    handles: &ListenerHandles,
+    client: TcpStream,
+    peer: SocketAddr,
+) {
+    let mut stream = match Box::pin(tunnel.dial(destination)).await {
+        Ok(s) => s,
+        Err(e) => {
+            match e {
+                DialError::Unavailable(_) => handles.unavailable.inc(),
+                DialError::Refused { .. } => handles.connect_failed.inc(),
+            };
+            tracing::warn!(%peer, listener = %handles.name, %destination, "closing client: {e}");
+            return;
+        }
+    };
+    let relay = shared.upstream().relay.clone();
+    let metrics = tunnel.metrics();
+    metrics.open.inc();
+    let outcome =
+        apiway_tunnel::stream::splice(client, &mut stream, &relay, metrics.observer()).await;
+    metrics.open.dec();
+    tracing::debug!(%peer, listener = %handles.name, connect_id = stream.connect_id(), ?outcome, "connection closed");
 }
 
 struct OpenGuard<'a>(&'a ListenerHandles);

@@ -57,6 +57,12 @@ enum Role {
     /// header, or through an HTTP CONNECT tunnel. Flags add to (lists) or
     /// override (single values) the --config file.
     Agent(Box<AgentArgs>),
+    /// Node-to-control-plane tunnel server (KEP-2025): agents connect over
+    /// mutual TLS and HTTP/2; each tunneled connection is one gRPC stream
+    /// (konnectivity-client's ProxyService/Proxy) that the server dials to
+    /// an --allowed-destination (none: every dial is refused). Flags add to
+    /// (lists) or override (single values) the --config file.
+    TunnelServer(Box<TunnelServerArgs>),
     /// Run a whole topology on loopback: a gateway in front of stand-in API
     /// servers for two clusters; shows routing by SNI and health-check
     /// ejection, then exits.
@@ -280,6 +286,20 @@ struct AgentArgs {
     settings: apiway_agent::config::AgentSettings,
 }
 
+/// `apiway tunnel-server` flags; see `apiway tunnel-server --help`.
+#[derive(clap::Args, Debug)]
+struct TunnelServerArgs {
+    /// YAML configuration file; reloaded on change and on SIGHUP (allowed
+    /// destinations with per-identity scopes, timeouts, limits) [default:
+    /// none, flags only].
+    #[arg(long, short = 'c')]
+    config: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    settings: apiway_tunnel::config::ServerSettings,
+}
+
 /// Runs `R` from `sources`, or only checks them.
 async fn run_role<R: apiway_core::runtime::Role>(
     sources: Vec<Box<dyn apiway_core::config::Source<R::Spec>>>,
@@ -417,6 +437,27 @@ fn main() -> std::process::ExitCode {
                     "flags", settings,
                 )));
                 run_role::<apiway_agent::Agent>(sources, run).await
+            }
+            Role::TunnelServer(args) => {
+                let TunnelServerArgs {
+                    config,
+                    run,
+                    settings,
+                } = *args;
+                let mut sources: Vec<Box<dyn apiway_core::config::Source<_>>> = Vec::new();
+                if let Some(path) = config {
+                    sources.push(Box::new(
+                        apiway_core::config::FileSource::new(
+                            path,
+                            apiway_tunnel::config::parse_file,
+                        )
+                        .with_max_bytes(run.max_config_bytes),
+                    ));
+                }
+                sources.push(Box::new(apiway_core::config::StaticSource::new(
+                    "flags", settings,
+                )));
+                run_role::<apiway_tunnel::server::TunnelServer>(sources, run).await
             }
             Role::Demo => demo::run().await,
             Role::Endpoints(args) => endpoints::run(args).await,

@@ -15,3 +15,4 @@ pub mod kube_patch;
 pub mod proxy;
 pub mod sni;
 pub mod token_file;
+pub mod tunnel;
