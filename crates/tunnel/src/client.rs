@@ -253,7 +253,10 @@ impl TunnelClient {
         let settings = self.settings.load_full();
         let deadline = started + settings.dial_timeout;
         let settings = &*settings;
+        let mut first_round = true;
         loop {
+            let record = first_round;
+            first_round = false;
             let reached = failover::attempt(&*self.servers, |endpoint| async move {
                 let name = endpoint.name().to_owned();
                 match self.open(&endpoint, destination, settings).await {
@@ -266,7 +269,11 @@ impl TunnelClient {
                         reason,
                     })),
                     Err(Failure::Server(e)) => {
-                        endpoint.record_connect_failure(&self.servers.members().ejection);
+                        // Once per dial: waiting for a server to come up
+                        // is not a new failure every 100 ms.
+                        if record {
+                            endpoint.record_connect_failure(&self.servers.members().ejection);
+                        }
                         ControlFlow::Continue(format!("{name}: {e}"))
                     }
                 }
