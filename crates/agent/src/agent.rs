@@ -142,6 +142,12 @@ impl Role for Agent {
                     tracing::info!(address = %local, upstream = ?snapshot.upstream.mode, "listening")
                 }
             }
+            // A target listener's name carries its destination, so that
+            // several on port 0 stay apart in the ready file.
+            let name = match &destination {
+                Some(d) => format!("{configured}>{d}"),
+                None => configured.to_string(),
+            };
             let destination: Option<Arc<str>> = destination.map(Into::into);
             let upstream = upstream.clone();
             let rejected = handles.clone();
@@ -165,7 +171,7 @@ impl Role for Agent {
                     )
                 },
             ));
-            listeners.push((configured.to_string(), local, slots));
+            listeners.push((name, local, slots));
         }
         if let (Some(spec), Some((_, first, _))) = (&snapshot.discovery, listeners.first()) {
             let metrics = apiway_client::ClientMetrics::default();

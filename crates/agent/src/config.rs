@@ -612,15 +612,15 @@ fn targets(mode: UpstreamMode, file: &AgentSettings) -> Result<Vec<(SocketAddr, 
             format!("--target `{text}`: {why}; write LOCAL_PORT:DST_HOST:DST_PORT, e.g. 6443:apiserver.internal:6443")
         };
         let (port, destination) = text.split_once(':').ok_or_else(|| bad("no destination"))?;
+        // 0: any free port (the ready file names it).
         let port: u16 = port
             .parse()
             .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| bad("LOCAL_PORT must be 1 to 65535"))?;
+            .ok_or_else(|| bad("LOCAL_PORT must be 0 to 65535"))?;
         let destination = Address::parse(destination).map_err(|e| bad(&e))?;
         for ip in &ips {
             let addr = SocketAddr::new(*ip, port);
-            if out.iter().any(|(a, _)| *a == addr) {
+            if port != 0 && out.iter().any(|(a, _)| *a == addr) {
                 return Err(format!("--target: local port {port} is given twice"));
             }
             out.push((addr, destination.to_string()));

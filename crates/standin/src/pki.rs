@@ -139,6 +139,15 @@ impl Ca {
         self.sign(params)
     }
 
+    /// A client certificate for `common_name` that expired on 2021-01-01
+    /// (for tests of expired credentials).
+    pub fn issue_expired_client(&self, common_name: &str) -> Result<Issued> {
+        let mut params = base_params(common_name);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
     /// Writes `stem.crt` and `stem.key` into `dir` and returns their paths.
     pub fn write(&self, dir: &Path, stem: &str) -> Result<(PathBuf, PathBuf)> {
         write_pair(dir, stem, &self.cert_pem, &self.key_pem)

@@ -1,0 +1,15 @@
+//! The node-to-control-plane tunnel through the real binaries: `apiway
+//! tunnel-server` and `apiway agent --upstream tunnel`, with stand-in and
+//! fixture API servers, kubectl, curl, Python grpcio as a second gRPC
+//! implementation, and killed or stopped servers.
+
+#[path = "../gateway/support/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod support;
+
+mod tunnel_support;
+
+mod faults;
+mod interop;
+mod path;
+mod refusals;

@@ -1,0 +1,171 @@
+//! What the tunnel server refuses, and that it says so: destinations not
+//! allowed (none at all, not listed, listed for another identity), and
+//! agents whose certificates are untrusted or expired.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{ensure, Result};
+use apiway_standin::pki::Ca;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::tunnel_support::{
+    tunnel_agent, tunnel_agent_with, tunnel_server, Behaviour, Destination, TunnelPki,
+};
+
+/// Sends a ping through `local` and returns what came back before the
+/// connection closed (up to 4 bytes).
+async fn ping(local: SocketAddr) -> Result<Vec<u8>> {
+    let mut s = TcpStream::connect(local).await?;
+    s.write_all(b"ping").await?;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4];
+    while got.len() < 4 {
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => anyhow::bail!("neither an answer nor a close within 10 s"),
+        }
+    }
+    Ok(got)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destinations_are_allowed_per_identity_and_refusals_are_counted() -> Result<()> {
+    let open = Destination::start(Behaviour::Echo).await?;
+    let unlisted = Destination::start(Behaviour::Echo).await?;
+    let scoped = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    let config = pki.path("tunnel-server.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "allowed_destinations:\n  - address: {}\n    identities: [node-b]\n",
+            scoped.addr
+        ),
+    )?;
+    let server = tunnel_server(
+        &pki,
+        &[
+            "--config".into(),
+            config.display().to_string(),
+            "--allowed-destination".into(),
+            open.addr.to_string(),
+        ],
+    )
+    .await?;
+    let targets: Vec<String> = [&open, &unlisted, &scoped]
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect();
+    let tunnel = server.listener("tunnel");
+    let a = tunnel_agent(&pki, "node-a", &[tunnel], &targets, &[]).await?;
+    let local = |agent: &crate::tunnel_support::Role, d: &Destination| {
+        agent.listener(&format!(">{}", d.addr))
+    };
+    ensure!(ping(local(&a, &open)).await? == b"ping");
+    ensure!(
+        ping(local(&a, &unlisted)).await?.is_empty(),
+        "an unlisted destination answered"
+    );
+    ensure!(
+        ping(local(&a, &scoped)).await?.is_empty(),
+        "node-a reached node-b's destination"
+    );
+    let b = tunnel_agent(&pki, "node-b", &[tunnel], &targets, &[]).await?;
+    ensure!(
+        ping(local(&b, &scoped)).await? == b"ping",
+        "node-b could not reach its destination"
+    );
+
+    let m = server.metrics().await?;
+    ensure!(m.count("apiway_tunnel_dials_total", &[("result", "refused")]) == 2.0);
+    ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) == 2.0);
+    let am = a.metrics().await?;
+    ensure!(am.count("apiway_tunnel_dials_total", &[("result", "refused")]) == 2.0);
+    let refused_line = server
+        .process
+        .log_lines()
+        .into_iter()
+        .any(|l| l.contains("not allowed for agent `node-a`"));
+    ensure!(
+        refused_line,
+        "the server did not name the identity it refused"
+    );
+
+    // With no allowed destination at all, every dial is refused.
+    let empty = tunnel_server(&pki, &[]).await?;
+    let c = tunnel_agent(
+        &pki,
+        "node-c",
+        &[empty.listener("tunnel")],
+        &targets[..1],
+        &[],
+    )
+    .await?;
+    ensure!(ping(c.listener(">")).await?.is_empty());
+    empty
+        .wait_metric(
+            "apiway_tunnel_dials_total",
+            &[("result", "refused")],
+            Duration::from_secs(5),
+            |v| v == 1.0,
+        )
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untrusted_and_expired_agents_are_refused() -> Result<()> {
+    let echo = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    let server = tunnel_server(
+        &pki,
+        &["--allowed-destination".into(), echo.addr.to_string()],
+    )
+    .await?;
+    let tunnel = server.listener("tunnel");
+    let targets = [echo.addr.to_string()];
+    let fast = ["--dial-timeout".to_owned(), "1s".to_owned()];
+
+    // A certificate from another CA.
+    let stranger = Ca::new("someone else's CA")?;
+    let dir = tempfile::tempdir()?;
+    let pair = stranger
+        .issue_client("node-x", &[])?
+        .write(dir.path(), "x")?;
+    let x = tunnel_agent_with(&pki, pair, &[tunnel], &targets, &fast).await?;
+    ensure!(ping(x.listener(">")).await?.is_empty());
+    server
+        .wait_metric(
+            "apiway_tunnel_auth_failures_total",
+            &[("reason", "untrusted_certificate")],
+            Duration::from_secs(5),
+            |v| v >= 1.0,
+        )
+        .await?;
+
+    // An expired one.
+    let y = tunnel_agent_with(
+        &pki,
+        pki.expired_agent("node-y")?,
+        &[tunnel],
+        &targets,
+        &fast,
+    )
+    .await?;
+    ensure!(ping(y.listener(">")).await?.is_empty());
+    server
+        .wait_metric(
+            "apiway_tunnel_auth_failures_total",
+            &[("reason", "expired_certificate")],
+            Duration::from_secs(5),
+            |v| v >= 1.0,
+        )
+        .await?;
+    let m = server.metrics().await?;
+    ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) == 0.0);
+    ensure!(m.count("apiway_tunnel_connections", &[("peer", "node-x")]) == 0.0);
+    Ok(())
+}
