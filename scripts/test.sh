@@ -18,6 +18,9 @@ command -v iperf3 >/dev/null || need+=(iperf3)
 command -v ip >/dev/null || need+=(iproute2)
 command -v nft >/dev/null || need+=(nftables)
 command -v dnsmasq >/dev/null || need+=(dnsmasq-base)
+# A second gRPC implementation for the tunnel's interop test, for Debian's
+# own interpreter (the tests run /usr/bin/python3).
+/usr/bin/python3 -c "import grpc, grpc_tools" 2>/dev/null || need+=(python3-grpcio python3-grpc-tools)
 if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "missing packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2

@@ -381,8 +381,13 @@ impl TunnelClient {
                 Err(e)
             }
             Err(_) => {
-                // Dropping the stream cancels the dial on the server.
-                Err(Failure::Refused(format!(
+                // A hung server (PING has not caught it yet): dropping the
+                // stream cancels the dial there, and the next server gets
+                // the connection.
+                if let Some(state) = lock(&self.conns).get(endpoint.name()) {
+                    lock(&state.sender).take();
+                }
+                Err(Failure::Server(format!(
                     "no DIAL_RSP for {destination} within {:?}",
                     settings.dial_timeout
                 )))
