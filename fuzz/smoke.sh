@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz smoke test: runs every target in fuzz/fuzz_targets (sni, proxy,
 # altsvc, connect, connect_response, endpointslice, authority, kube_patch,
-# token_file, gateway_api: a new file there is
+# token_file, gateway_api, tunnel: a new file there is
 # picked up) for FUZZ_SECONDS each (default 20), seeded from
 # crates/wire/testdata/<target>/ when that folder exists, and fails if any
 # target crashes, hangs or runs out of memory.
