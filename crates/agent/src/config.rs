@@ -125,6 +125,12 @@ pub struct AgentSettings {
     #[arg(long, value_name = "FILE")]
     #[serde(default)]
     pub tunnel_key: Option<PathBuf>,
+    /// `tunnel`: a bearer token file (a projected ServiceAccount token)
+    /// sent on every stream instead of (or with) a client certificate;
+    /// re-read when it changes.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default)]
+    pub tunnel_token_file: Option<PathBuf>,
     /// `tunnel`: the name the servers' certificates must carry [default:
     /// each --tunnel-server's host].
     #[arg(long, value_name = "NAME")]
@@ -267,6 +273,7 @@ impl AgentSettings {
             tunnel_ca: later.tunnel_ca.or(self.tunnel_ca),
             tunnel_cert: later.tunnel_cert.or(self.tunnel_cert),
             tunnel_key: later.tunnel_key.or(self.tunnel_key),
+            tunnel_token_file: later.tunnel_token_file.or(self.tunnel_token_file),
             tunnel_server_name: later.tunnel_server_name.or(self.tunnel_server_name),
             tunnel_keepalive_interval: later
                 .tunnel_keepalive_interval
@@ -638,10 +645,11 @@ fn tunnel_settings(
     let given = file.tunnel_ca.is_some()
         || file.tunnel_cert.is_some()
         || file.tunnel_key.is_some()
-        || file.tunnel_server_name.is_some();
+        || file.tunnel_server_name.is_some()
+        || file.tunnel_token_file.is_some();
     if mode != UpstreamMode::Tunnel {
         if given {
-            return Err("--tunnel-ca, --tunnel-cert, --tunnel-key and --tunnel-server-name apply to --upstream tunnel only".into());
+            return Err("--tunnel-ca, --tunnel-cert, --tunnel-key, --tunnel-token-file and --tunnel-server-name apply to --upstream tunnel only".into());
         }
         return Ok(None);
     }
@@ -649,15 +657,23 @@ fn tunnel_settings(
         "--upstream tunnel needs --tunnel-ca FILE: the CA that signs the tunnel servers' certificates",
     )?;
     apiway_core::tls::load_certs(&ca).map_err(|e| format!("--tunnel-ca {e}"))?;
+    let token_file = file.tunnel_token_file.clone();
+    if let Some(t) = &token_file {
+        crate::config::check_token_file(t)?;
+    }
     let client_cert = match (&file.tunnel_cert, &file.tunnel_key) {
         (Some(c), Some(k)) => {
             apiway_core::tls::load_certs(c).map_err(|e| format!("--tunnel-cert {e}"))?;
             apiway_core::tls::load_key(k).map_err(|e| format!("--tunnel-key {e}"))?;
-            (c.clone(), k.clone())
+            Some((c.clone(), k.clone()))
         }
-        _ => {
+        (None, None) if token_file.is_some() => None,
+        (Some(_), None) | (None, Some(_)) => {
+            return Err("--tunnel-cert and --tunnel-key go together".into())
+        }
+        (None, None) => {
             return Err(
-                "--upstream tunnel needs --tunnel-cert FILE and --tunnel-key FILE: the agent's client certificate, which the tunnel server verifies"
+                "--upstream tunnel needs credentials: --tunnel-cert FILE and --tunnel-key FILE (a client certificate), or --tunnel-token-file FILE (a ServiceAccount token)"
                     .into(),
             )
         }
@@ -667,7 +683,7 @@ fn tunnel_settings(
         tls: apiway_core::tls::TlsClientOptions {
             server_name: file.tunnel_server_name.clone(),
             ca_file: Some(ca),
-            client_cert: Some(client_cert),
+            client_cert,
         },
         connect_timeout,
         dial_timeout: file.dial_timeout.unwrap_or(defaults.dial_timeout),
@@ -677,6 +693,7 @@ fn tunnel_settings(
         keepalive_timeout: file
             .tunnel_keepalive_timeout
             .unwrap_or(defaults.keepalive_timeout),
+        token_file,
     };
     for (name, d) in [
         ("--dial-timeout", s.dial_timeout),
@@ -688,6 +705,13 @@ fn tunnel_settings(
         }
     }
     Ok(Some(s))
+}
+
+/// Refuses a token file that cannot be read or holds no token.
+fn check_token_file(path: &std::path::Path) -> Result<(), String> {
+    apiway_tunnel::tokens::TokenFile::new(path.to_owned())
+        .token()
+        .map(|_| ())
 }
 
 /// The health check from `--health-check` or the file. `direct` checks

@@ -454,6 +454,9 @@ fn main() -> std::process::ExitCode {
                         .with_max_bytes(run.max_config_bytes),
                     ));
                 }
+                // --token-review reads the shared --kubeconfig.
+                let mut settings = settings;
+                settings.kubeconfig = run.kube.kubeconfig.clone();
                 sources.push(Box::new(apiway_core::config::StaticSource::new(
                     "flags", settings,
                 )));

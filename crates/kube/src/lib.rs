@@ -4,11 +4,13 @@
 //!
 //! - [`node`]: the watch of the Node the process runs on, for KEP-3836
 //!   draining ([`apiway_core::node`]).
+//! - [`token_review`]: who a bearer token belongs to (the tunnel server).
 //! - [`gateway_api`]: the gateway's configuration from a Gateway API
 //!   Gateway and its TLSRoutes, and their status.
 
 pub mod gateway_api;
 pub mod node;
+pub mod token_review;
 
 use std::path::Path;
 

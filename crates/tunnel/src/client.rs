@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::grpc::{self, Inbound, Outbound, Side};
 use crate::metrics::{PeerLabels, TunnelMetrics};
 use crate::stream::TunnelStream;
+use crate::tokens::TokenFile;
 
 /// How the agent reaches its tunnel servers.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +43,9 @@ pub struct ClientSettings {
     pub keepalive_interval: Duration,
     /// PING answer timeout: then the server counts as dead.
     pub keepalive_timeout: Duration,
+    /// A bearer token to send on every stream (a projected ServiceAccount
+    /// token), re-read when the file changes.
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ClientSettings {
@@ -52,6 +56,7 @@ impl Default for ClientSettings {
             dial_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(5),
             keepalive_timeout: Duration::from_secs(2),
+            token_file: None,
         }
     }
 }
@@ -87,6 +92,7 @@ pub struct TunnelClient {
     servers: Arc<EndpointSet>,
     conns: Mutex<HashMap<String, Arc<ServerConn>>>,
     settings: ArcSwap<ClientSettings>,
+    token: ArcSwap<Option<TokenFile>>,
     metrics: TunnelMetrics,
 }
 
@@ -105,10 +111,12 @@ impl TunnelClient {
         settings: ClientSettings,
         metrics: TunnelMetrics,
     ) -> Arc<TunnelClient> {
+        let token = settings.token_file.clone().map(TokenFile::new);
         Arc::new(TunnelClient {
             servers,
             conns: Mutex::new(HashMap::new()),
             settings: ArcSwap::from_pointee(settings),
+            token: ArcSwap::from_pointee(token),
             metrics,
         })
     }
@@ -120,6 +128,17 @@ impl TunnelClient {
 
     /// Replaces the settings (new connections use them).
     pub fn set_settings(&self, settings: ClientSettings) {
+        let same_file = self
+            .token
+            .load()
+            .as_ref()
+            .as_ref()
+            .map(|t| t.path().to_owned())
+            == settings.token_file;
+        if !same_file {
+            self.token
+                .store(Arc::new(settings.token_file.clone().map(TokenFile::new)));
+        }
         self.settings.store(Arc::new(settings));
     }
 
@@ -326,7 +345,13 @@ impl TunnelClient {
         };
         // Room for one message: this cannot wait.
         let _ = tx.messages.try_send(dial.to_message());
-        let request = Request::post(format!("https://{}{}", endpoint.name(), grpc::PROXY_PATH))
+        let mut request = Request::post(format!("https://{}{}", endpoint.name(), grpc::PROXY_PATH));
+        if let Some(file) = self.token.load().as_ref() {
+            // A problem of this agent's: no other server would help.
+            let token = file.token().map_err(Failure::Refused)?;
+            request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let request = request
             .header(http::header::CONTENT_TYPE, grpc::CONTENT_TYPE)
             .header(http::header::TE, "trailers")
             .header(
@@ -346,7 +371,14 @@ impl TunnelClient {
                 Failure::Server(format!("cannot open a stream: {e}"))
             })?;
             if let Some((code, message)) = grpc::status_of(response.headers()) {
-                return Err(Failure::Refused(format!("status {code}: {message}")));
+                let what = match code {
+                    16 => "unauthenticated",
+                    12 => "not served",
+                    _ => "refused",
+                };
+                return Err(Failure::Refused(format!(
+                    "{what} (gRPC status {code}): {message}"
+                )));
             }
             if response.status() != http::StatusCode::OK {
                 return Err(Failure::Server(format!("HTTP {}", response.status())));

@@ -55,10 +55,31 @@ pub struct ServerSettings {
     pub key_file: Option<PathBuf>,
     /// CA bundle (PEM) that signs agents' client certificates; the agent's
     /// identity is its certificate's subject CN (else its first SAN).
-    /// Re-read when it changes.
+    /// Re-read when it changes. Required unless --token-review.
     #[arg(long = "client-ca", value_name = "FILE")]
     #[serde(default)]
     pub client_ca_file: Option<PathBuf>,
+    /// Also accept agents that send a bearer token (a projected
+    /// ServiceAccount token), checked by a Kubernetes TokenReview with the
+    /// --kubeconfig credentials (in-cluster by default); the agent's
+    /// identity is then `system:serviceaccount:NAMESPACE:NAME`.
+    #[arg(long)]
+    #[serde(default)]
+    pub token_review: bool,
+    /// Audience the tokens must be for (repeatable) [default: the API
+    /// server's].
+    #[arg(long = "token-audience", value_name = "AUDIENCE")]
+    #[serde(default)]
+    pub token_audiences: Vec<String>,
+    /// ServiceAccount NAMESPACE/NAME whose tokens are accepted (repeatable;
+    /// at least one with --token-review).
+    #[arg(long = "allowed-service-account", value_name = "NAMESPACE/NAME")]
+    #[serde(default)]
+    pub allowed_service_accounts: Vec<String>,
+    /// The shared `--kubeconfig`, set by the binary.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub kubeconfig: Option<PathBuf>,
     /// A destination agents may dial, host:port (repeatable; a DNS name
     /// means every address it resolves to, with failover). With none every
     /// dial is refused. The file's `allowed_destinations:` entries can
@@ -117,6 +138,14 @@ impl Merge for ServerSettings {
             cert_file: later.cert_file.or(self.cert_file),
             key_file: later.key_file.or(self.key_file),
             client_ca_file: later.client_ca_file.or(self.client_ca_file),
+            token_review: self.token_review || later.token_review,
+            token_audiences: [self.token_audiences, later.token_audiences].concat(),
+            allowed_service_accounts: [
+                self.allowed_service_accounts,
+                later.allowed_service_accounts,
+            ]
+            .concat(),
+            kubeconfig: later.kubeconfig.or(self.kubeconfig),
             allowed_destinations: destinations,
             dial_timeout: later.dial_timeout.or(self.dial_timeout),
             idle_timeout: later.idle_timeout.or(self.idle_timeout),
@@ -154,8 +183,19 @@ pub struct TlsFiles {
     pub cert: PathBuf,
     /// Serving key.
     pub key: PathBuf,
-    /// Client CA.
-    pub client_ca: PathBuf,
+    /// Client CA; `None`: agents authenticate with tokens only.
+    pub client_ca: Option<PathBuf>,
+}
+
+/// `--token-review`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenSettings {
+    /// Audiences asked for.
+    pub audiences: Vec<String>,
+    /// Accepted user names (`system:serviceaccount:NS:NAME`).
+    pub users: Vec<String>,
+    /// The kubeconfig of the reviews (`None`: in-cluster).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// HTTP/2 settings of the agent connections.
@@ -185,6 +225,8 @@ pub struct Snapshot {
     pub listen: SocketAddr,
     /// Serving certificate and client CA.
     pub tls: TlsFiles,
+    /// Bearer tokens, when accepted.
+    pub tokens: Option<TokenSettings>,
     /// What agents may dial.
     pub destinations: Vec<Destination>,
     /// Dial timeout.
@@ -228,14 +270,45 @@ pub fn build(s: ServerSettings) -> Result<Snapshot, String> {
             "the serving certificate (PEM)",
         )?,
         key: need(&s.key_file, "--key / key_file", "the serving key (PEM)")?,
-        client_ca: need(
-            &s.client_ca_file,
-            "--client-ca / client_ca_file",
-            "the CA that signs the agents' client certificates",
-        )?,
+        client_ca: s.client_ca_file.clone(),
+    };
+    if tls.client_ca.is_none() && !s.token_review {
+        return Err("agents must authenticate: give --client-ca FILE (client certificates), --token-review (ServiceAccount tokens), or both".into());
+    }
+    let tokens = if s.token_review {
+        if s.allowed_service_accounts.is_empty() {
+            return Err(
+                "--token-review needs at least one --allowed-service-account NAMESPACE/NAME".into(),
+            );
+        }
+        let mut users = Vec::new();
+        for sa in &s.allowed_service_accounts {
+            let Some((ns, name)) = sa
+                .split_once('/')
+                .filter(|(ns, n)| !ns.is_empty() && !n.is_empty() && !n.contains('/'))
+            else {
+                return Err(format!(
+                    "--allowed-service-account `{sa}`: write NAMESPACE/NAME, like kube-system/apiway-agent"
+                ));
+            };
+            users.push(format!("system:serviceaccount:{ns}:{name}"));
+        }
+        Some(TokenSettings {
+            audiences: s.token_audiences.clone(),
+            users,
+            kubeconfig: s.kubeconfig.clone(),
+        })
+    } else {
+        if !s.token_audiences.is_empty() || !s.allowed_service_accounts.is_empty() {
+            return Err(
+                "--token-audience and --allowed-service-account apply with --token-review only"
+                    .into(),
+            );
+        }
+        None
     };
     // Read now, so that a bad file is refused with the rest.
-    crate::identity::server_config(&tls)?;
+    crate::identity::server_config(&tls, s.token_review)?;
 
     let mut destinations: Vec<Destination> = Vec::new();
     for entry in s.allowed_destinations {
@@ -296,6 +369,7 @@ pub fn build(s: ServerSettings) -> Result<Snapshot, String> {
         common,
         listen,
         tls,
+        tokens,
         destinations,
         dial_timeout,
         relay: apiway_relay::RelayConfig {

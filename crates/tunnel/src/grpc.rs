@@ -31,6 +31,7 @@ pub(crate) enum Code {
     InvalidArgument = 3,
     Aborted = 10,
     Unimplemented = 12,
+    Unauthenticated = 16,
 }
 
 /// `grpc-status` and `grpc-message` headers (trailers, or the headers of a

@@ -15,32 +15,44 @@ use tokio_util::sync::CancellationToken;
 use crate::config::TlsFiles;
 
 /// The TLS server settings for `files`: the serving chain and key, client
-/// certificates required and verified against the client CA, ALPN `h2`.
-pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, String> {
+/// certificates verified against the client CA (required unless
+/// `tokens_too`: then an agent may present a bearer token instead), ALPN
+/// `h2`.
+pub fn server_config(files: &TlsFiles, tokens_too: bool) -> Result<Arc<ServerConfig>, String> {
     use apiway_core::tls::{load_certs, load_key, provider};
     let chain = load_certs(&files.cert).map_err(|e| format!("--cert {e}"))?;
     let key = load_key(&files.key).map_err(|e| format!("--key {e}"))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in load_certs(&files.client_ca).map_err(|e| format!("--client-ca {e}"))? {
-        roots
-            .add(ca)
-            .map_err(|e| format!("--client-ca {}: {e}", files.client_ca.display()))?;
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
-        .build()
-        .map_err(|e| format!("--client-ca {}: {e}", files.client_ca.display()))?;
-    let mut config = ServerConfig::builder_with_provider(provider())
+    let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(chain, key)
-        .map_err(|e| {
-            format!(
-                "--cert {} / --key {}: {e}",
-                files.cert.display(),
-                files.key.display()
-            )
-        })?;
+        .map_err(|e| e.to_string())?;
+    let builder = match &files.client_ca {
+        Some(ca_file) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in load_certs(ca_file).map_err(|e| format!("--client-ca {e}"))? {
+                roots
+                    .add(ca)
+                    .map_err(|e| format!("--client-ca {}: {e}", ca_file.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+            let verifier = if tokens_too {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("--client-ca {}: {e}", ca_file.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        format!(
+            "--cert {} / --key {}: {e}",
+            files.cert.display(),
+            files.key.display()
+        )
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))
 }
@@ -74,13 +86,15 @@ pub fn of_certificate(cert: &CertificateDer<'_>) -> Option<String> {
 /// The current TLS settings, swapped when the files change.
 pub struct ReloadingTls {
     current: ArcSwap<ServerConfig>,
+    tokens_too: bool,
 }
 
 impl ReloadingTls {
     /// Reads the files once.
-    pub fn new(files: &TlsFiles) -> Result<Arc<ReloadingTls>, String> {
+    pub fn new(files: &TlsFiles, tokens_too: bool) -> Result<Arc<ReloadingTls>, String> {
         Ok(Arc::new(ReloadingTls {
-            current: ArcSwap::new(server_config(files)?),
+            current: ArcSwap::new(server_config(files, tokens_too)?),
+            tokens_too,
         }))
     }
 
@@ -95,10 +109,15 @@ impl ReloadingTls {
         let this = Arc::downgrade(self);
         tokio::spawn(async move {
             let stamp = |files: &TlsFiles| -> Vec<Option<SystemTime>> {
-                [&files.cert, &files.key, &files.client_ca]
-                    .iter()
-                    .map(|p| modified(p))
-                    .collect()
+                [
+                    Some(&files.cert),
+                    Some(&files.key),
+                    files.client_ca.as_ref(),
+                ]
+                .into_iter()
+                .flatten()
+                .map(|p| modified(p))
+                .collect()
             };
             let mut seen = stamp(&files);
             loop {
@@ -112,7 +131,7 @@ impl ReloadingTls {
                     continue;
                 }
                 seen = now;
-                match server_config(&files) {
+                match server_config(&files, this.tokens_too) {
                     Ok(config) => {
                         this.current.store(config);
                         tracing::info!(

@@ -21,5 +21,6 @@ pub mod identity;
 pub mod metrics;
 pub mod server;
 pub mod stream;
+pub mod tokens;
 
 pub use grpc::PROXY_PATH;

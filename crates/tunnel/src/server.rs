@@ -30,6 +30,7 @@ use crate::grpc::{self, Code, Inbound, Outbound, OutboundTx, Side};
 use crate::identity::{self, ReloadingTls};
 use crate::metrics::{PeerLabels, TunnelMetrics};
 use crate::stream::{self, TunnelStream};
+use crate::tokens::TokenAuth;
 
 /// Time an agent has for its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,6 +59,7 @@ struct Shared {
     streams: Arc<Slots>,
     h2: H2Settings,
     drain: apiway_core::drain::Drain,
+    tokens: Option<TokenAuth>,
 }
 
 /// The tunnel server role.
@@ -88,6 +90,7 @@ impl Role for TunnelServer {
             ("listen", snapshot.listen.to_string()),
             ("cert / key / client_ca", format!("{:?}", snapshot.tls)),
             ("keepalive", format!("{:?}", snapshot.h2)),
+            ("token_review", format!("{:?}", snapshot.tokens)),
         ]
     }
 
@@ -103,7 +106,8 @@ impl Role for TunnelServer {
         let socket =
             listener::bind(snapshot.listen).map_err(|e| anyhow::anyhow!("--listen {e}"))?;
         let listen = socket.local_addr()?;
-        let tls = ReloadingTls::new(&snapshot.tls).map_err(anyhow::Error::msg)?;
+        let tls = ReloadingTls::new(&snapshot.tls, snapshot.tokens.is_some())
+            .map_err(anyhow::Error::msg)?;
         tls.watch(
             snapshot.tls.clone(),
             snapshot.common.reload_interval,
@@ -126,6 +130,7 @@ impl Role for TunnelServer {
                 streams: Slots::new(snapshot.max_connections),
                 h2: snapshot.h2,
                 drain: context.drain.clone(),
+                tokens: snapshot.tokens.clone().map(TokenAuth::new),
             }),
             listen,
             backend_metrics,
@@ -270,30 +275,39 @@ async fn serve_agent(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             return;
         }
     };
-    let identity = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .and_then(identity::of_certificate);
-    let Some(identity) = identity else {
-        shared.metrics.auth_failure("no_identity");
-        tracing::warn!(%peer, "agent refused: its certificate names no subject CN or SAN");
-        return;
+    // The certificate's identity; without a certificate (allowed only
+    // with --token-review) each stream brings a token.
+    let cert = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+    let identity: Option<Arc<str>> = match cert {
+        Some(cert) => match identity::of_certificate(cert) {
+            Some(id) => Some(id.into()),
+            None => {
+                shared.metrics.auth_failure("no_identity");
+                tracing::warn!(%peer, "agent refused: its certificate names no subject CN or SAN");
+                return;
+            }
+        },
+        None => None,
     };
-    let up = shared.metrics.tunnels.get_or_create_owned(&PeerLabels {
-        peer: identity.clone(),
+    let shown = identity
+        .as_deref()
+        .unwrap_or("(token per stream)")
+        .to_owned();
+    let up = identity.as_ref().map(|id| {
+        let g = shared.metrics.tunnels.get_or_create_owned(&PeerLabels {
+            peer: id.to_string(),
+        });
+        g.inc();
+        g
     });
-    up.inc();
-    tracing::info!(%peer, %identity, "agent connected");
-    let identity: Arc<str> = identity.into();
+    tracing::info!(%peer, identity = %shown, "agent connected");
     let service = {
         let shared = shared.clone();
         let identity = identity.clone();
         hyper::service::service_fn(move |req| {
             let shared = shared.clone();
             let identity = identity.clone();
-            async move { Ok::<_, Infallible>(handle(shared, identity, req)) }
+            async move { Ok::<_, Infallible>(handle(shared, identity, req).await) }
         })
     };
     let h2 = shared.h2;
@@ -317,10 +331,12 @@ async fn serve_agent(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             conn.await
         }
     };
-    up.dec();
+    if let Some(up) = up {
+        up.dec();
+    }
     match result {
-        Ok(()) => tracing::info!(%peer, %identity, "agent disconnected"),
-        Err(e) => tracing::info!(%peer, %identity, "agent connection ended: {e}"),
+        Ok(()) => tracing::info!(%peer, identity = %shown, "agent disconnected"),
+        Err(e) => tracing::info!(%peer, identity = %shown, "agent connection ended: {e}"),
     }
 }
 
@@ -335,7 +351,14 @@ fn refuse(code: Code, message: &str) -> Answer {
     r
 }
 
-fn handle(shared: Arc<Shared>, identity: Arc<str>, req: Request<Incoming>) -> Answer {
+/// The bearer token of a request, if it has one.
+fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let v = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+async fn handle(shared: Arc<Shared>, cert: Option<Arc<str>>, req: Request<Incoming>) -> Answer {
     if req.uri().path() != grpc::PROXY_PATH {
         return refuse(
             Code::Unimplemented,
@@ -357,6 +380,25 @@ fn handle(shared: Arc<Shared>, identity: Arc<str>, req: Request<Incoming>) -> An
             "a Proxy call is a POST of application/grpc",
         );
     }
+    // The certificate's identity, else the token's.
+    let identity = match (cert, bearer(req.headers()), &shared.tokens) {
+        (Some(id), _, _) => id,
+        (None, Some(token), Some(tokens)) => match tokens.check(token).await {
+            Ok(id) => id,
+            Err((reason, why)) => {
+                shared.metrics.auth_failure(reason);
+                tracing::warn!(reason, "stream refused: {why}");
+                return refuse(Code::Unauthenticated, &why);
+            }
+        },
+        (None, _, _) => {
+            shared.metrics.auth_failure("no_credentials");
+            return refuse(
+                Code::Unauthenticated,
+                "no credentials: present a client certificate or an Authorization: Bearer token",
+            );
+        }
+    };
     let (tx, body) = grpc::outbound(Side::Server);
     let inbound = Inbound::new(req.into_body(), false);
     tokio::spawn(serve_stream(shared, identity, inbound, tx));

@@ -169,3 +169,107 @@ async fn untrusted_and_expired_agents_are_refused() -> Result<()> {
     ensure!(m.count("apiway_tunnel_connections", &[("peer", "node-x")]) == 0.0);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_are_checked_by_token_review() -> Result<()> {
+    use apiway_test_support::peers::KubeApiProcess;
+    let echo = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    let tokens = pki.path("tokens.csv");
+    std::fs::write(
+        &tokens,
+        concat!(
+            "admin-token,admin,1,\"system:masters\"\n",
+            "agent-token,system:serviceaccount:kube-system:apiway-agent,2,\"system:serviceaccounts\",\"tunnel\"\n",
+            "other-audience,system:serviceaccount:kube-system:apiway-agent,3,\"system:serviceaccounts\",\"someone-else\"\n",
+            "stranger-token,system:serviceaccount:default:stranger,4,\"system:serviceaccounts\",\"tunnel\"\n",
+        ),
+    )?;
+    let api = KubeApiProcess::start_with(
+        std::path::Path::new(crate::support::process::APIWAY),
+        &["--token-file", &tokens.display().to_string()],
+        Some("admin-token"),
+    )
+    .await?;
+    // Tokens only: no --client-ca.
+    let mut args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        &pki.server_cert.display().to_string(),
+        "--key",
+        &pki.server_key.display().to_string(),
+        "--token-review",
+        "--token-audience",
+        "tunnel",
+        "--allowed-service-account",
+        "kube-system/apiway-agent",
+        "--kubeconfig",
+        &api.kubeconfig().display().to_string(),
+        "--allowed-destination",
+        &echo.addr.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(["--drain-delay".to_owned(), "0s".to_owned()]);
+    let server = crate::tunnel_support::Role::start("tunnel-server", &args).await?;
+    let tunnel = server.listener("tunnel");
+
+    let agent_with_token = |token: &'static str, file: &str| {
+        let path = pki.path(file);
+        let pki = &pki;
+        async move {
+            std::fs::write(&path, format!("{token}\n"))?;
+            let mut args: Vec<String> = vec![
+                "--upstream".into(),
+                "tunnel".into(),
+                "--tunnel-ca".into(),
+                pki.ca_pem.display().to_string(),
+                "--tunnel-token-file".into(),
+                path.display().to_string(),
+                "--tunnel-server".into(),
+                tunnel.to_string(),
+                "--target".into(),
+                format!("0:{}", echo.addr),
+                "--dial-timeout".into(),
+                "2s".into(),
+            ];
+            args.extend(["--drain-delay".to_owned(), "0s".to_owned()]);
+            let agent = crate::tunnel_support::Role::start("agent", &args).await?;
+            anyhow::Ok((agent, path))
+        }
+    };
+    let (good, good_file) = agent_with_token("agent-token", "good.token").await?;
+    ensure!(ping(good.listener(">")).await? == b"ping");
+    let (bad, _) = agent_with_token("not-a-token", "bad.token").await?;
+    ensure!(ping(bad.listener(">")).await?.is_empty());
+    let (aud, _) = agent_with_token("other-audience", "aud.token").await?;
+    ensure!(ping(aud.listener(">")).await?.is_empty());
+    let (stranger, _) = agent_with_token("stranger-token", "stranger.token").await?;
+    ensure!(ping(stranger.listener(">")).await?.is_empty());
+
+    let m = server.metrics().await?;
+    for reason in ["bad_token", "wrong_audience", "service_account_not_allowed"] {
+        ensure!(
+            m.count("apiway_tunnel_auth_failures_total", &[("reason", reason)]) >= 1.0,
+            "no {reason} refusal counted:\n{}",
+            m.matching("apiway_tunnel_auth_failures_total")
+        );
+    }
+    ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) == 1.0);
+    // The identity logged is the one the token proves.
+    ensure!(server
+        .process
+        .log_lines()
+        .iter()
+        .any(|l| l.contains("system:serviceaccount:default:stranger")));
+
+    // A rotated token file is read again: the stranger's token is refused
+    // on the good agent too, and the good token works again after.
+    std::fs::write(&good_file, "stranger-token\n")?;
+    ensure!(ping(good.listener(">")).await?.is_empty());
+    std::fs::write(&good_file, "agent-token\n")?;
+    ensure!(ping(good.listener(">")).await? == b"ping");
+    Ok(())
+}
