@@ -224,3 +224,64 @@ async fn a_hundred_thousand_short_connections_leave_nothing_behind() -> Result<(
     ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) >= TOTAL as f64);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_server_finishes_open_streams_and_new_ones_go_elsewhere() -> Result<()> {
+    let echo = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    let allow = ["--allowed-destination".to_owned(), echo.addr.to_string()];
+    let mut a = tunnel_server(
+        &pki,
+        &[allow.to_vec(), vec!["--drain-delay".into(), "1s".into()]].concat(),
+    )
+    .await?;
+    // B's port is known before B runs, so the first connection must use A.
+    let b_addr = SocketAddr::from(([127, 0, 0, 1], apiway_test_support::peers::free_port()?));
+    let ta = a.listener("tunnel");
+    let agent = tunnel_agent(&pki, "node-1", &[ta, b_addr], &[echo.addr.to_string()], &[]).await?;
+    let local = agent.listener(">");
+    let mut long = TcpStream::connect(local).await?;
+    let mut buf = [0u8; 4];
+    long.write_all(b"one!").await?;
+    long.read_exact(&mut buf).await?;
+    let b = tunnel_server(
+        &pki,
+        &[allow.to_vec(), vec!["--listen".into(), b_addr.to_string()]].concat(),
+    )
+    .await?;
+    agent
+        .wait_metric(
+            "apiway_tunnel_connections",
+            &[("peer", &b_addr.to_string())],
+            Duration::from_secs(5),
+            |v| v == 1.0,
+        )
+        .await?;
+
+    a.process.signal(Signal::TERM)?;
+    // During the drain delay /healthz fails, so a load balancer stops
+    // sending agents here.
+    crate::support::eventually("/healthz 503", Duration::from_secs(2), || async {
+        match crate::support::http_get_plain(a.admin, "/healthz").await {
+            Ok((503, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    // After it, GOAWAY: new connections go to B at once...
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for _ in 0..10 {
+        echo_once(local).await?;
+    }
+    let m = b.metrics().await?;
+    ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) >= 10.0);
+    // ...while the open one keeps working through A.
+    long.write_all(b"two!").await?;
+    long.read_exact(&mut buf).await?;
+    ensure!(&buf == b"two!");
+    ensure!(a.process.is_running(), "A exited with a stream open");
+    drop(long);
+    let status = a.process.wait_exit(Duration::from_secs(10)).await?;
+    ensure!(status.success(), "A exited with {status}");
+    Ok(())
+}

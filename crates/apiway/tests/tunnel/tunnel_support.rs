@@ -132,17 +132,19 @@ impl Role {
 /// free port, plus `extra`.
 pub async fn tunnel_server(pki: &TunnelPki, extra: &[String]) -> Result<Role> {
     let mut args: Vec<String> = vec![
-        "--listen".into(),
-        "127.0.0.1:0".into(),
         "--cert".into(),
         pki.server_cert.display().to_string(),
         "--key".into(),
         pki.server_key.display().to_string(),
         "--client-ca".into(),
         pki.ca_pem.display().to_string(),
-        "--drain-delay".into(),
-        "0s".into(),
     ];
+    if !extra.iter().any(|a| a == "--drain-delay") {
+        args.extend(["--drain-delay".to_owned(), "0s".to_owned()]);
+    }
+    if !extra.iter().any(|a| a == "--listen") {
+        args.extend(["--listen".to_owned(), "127.0.0.1:0".to_owned()]);
+    }
     args.extend(extra.iter().cloned());
     Role::start("tunnel-server", &args).await
 }
