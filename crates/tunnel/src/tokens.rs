@@ -22,11 +22,17 @@ const CACHE_MAX: usize = 10_000;
 /// A refusal: the metric reason and the message for the agent.
 pub type Refusal = (&'static str, String);
 
+/// A remembered review: the verdict and until when it holds.
+type Remembered = (Result<Arc<str>, Refusal>, Instant);
+
+/// The token file's version (modification time, size) and its token.
+type Read = (Option<SystemTime>, u64, Arc<str>);
+
 /// The server's check of bearer tokens.
 pub struct TokenAuth {
     settings: TokenSettings,
     client: tokio::sync::OnceCell<kube::Client>,
-    cache: Mutex<HashMap<String, (Result<Arc<str>, Refusal>, Instant)>>,
+    cache: Mutex<HashMap<String, Remembered>>,
 }
 
 impl TokenAuth {
@@ -104,7 +110,7 @@ impl TokenAuth {
 #[derive(Debug)]
 pub struct TokenFile {
     path: PathBuf,
-    current: Mutex<Option<(Option<SystemTime>, u64, Arc<str>)>>,
+    current: Mutex<Option<Read>>,
 }
 
 impl TokenFile {
