@@ -300,6 +300,29 @@ struct TunnelServerArgs {
     settings: apiway_tunnel::config::ServerSettings,
 }
 
+/// The sources of a role whose flags and file share one settings type:
+/// the `--config` file (when given), then the flags over it.
+fn file_and_flags<S>(
+    config: Option<PathBuf>,
+    parse: fn(&str) -> Result<S, String>,
+    flags: S,
+    run: &RunArgs,
+) -> Vec<Box<dyn apiway_core::config::Source<S>>>
+where
+    S: apiway_core::config::Merge + Clone + Send + Sync + 'static,
+{
+    let mut sources: Vec<Box<dyn apiway_core::config::Source<S>>> = Vec::new();
+    if let Some(path) = config {
+        sources.push(Box::new(
+            apiway_core::config::FileSource::new(path, parse).with_max_bytes(run.max_config_bytes),
+        ));
+    }
+    sources.push(Box::new(apiway_core::config::StaticSource::new(
+        "flags", flags,
+    )));
+    sources
+}
+
 /// Runs `R` from `sources`, or only checks them.
 async fn run_role<R: apiway_core::runtime::Role>(
     sources: Vec<Box<dyn apiway_core::config::Source<R::Spec>>>,
@@ -418,48 +441,22 @@ fn main() -> std::process::ExitCode {
                 let AgentArgs {
                     config,
                     run,
-                    settings,
+                    mut settings,
                 } = *args;
-                let mut sources: Vec<Box<dyn apiway_core::config::Source<_>>> = Vec::new();
-                if let Some(path) = config {
-                    sources.push(Box::new(
-                        apiway_core::config::FileSource::new(
-                            path,
-                            apiway_agent::config::parse_file,
-                        )
-                        .with_max_bytes(run.max_config_bytes),
-                    ));
-                }
                 // Discovery reads the shared --kubeconfig.
-                let mut settings = settings;
                 settings.kubeconfig = run.kube.kubeconfig.clone();
-                sources.push(Box::new(apiway_core::config::StaticSource::new(
-                    "flags", settings,
-                )));
+                let sources = file_and_flags(config, apiway_agent::config::parse_file, settings, &run);
                 run_role::<apiway_agent::Agent>(sources, run).await
             }
             Role::TunnelServer(args) => {
                 let TunnelServerArgs {
                     config,
                     run,
-                    settings,
+                    mut settings,
                 } = *args;
-                let mut sources: Vec<Box<dyn apiway_core::config::Source<_>>> = Vec::new();
-                if let Some(path) = config {
-                    sources.push(Box::new(
-                        apiway_core::config::FileSource::new(
-                            path,
-                            apiway_tunnel::config::parse_file,
-                        )
-                        .with_max_bytes(run.max_config_bytes),
-                    ));
-                }
                 // --token-review reads the shared --kubeconfig.
-                let mut settings = settings;
                 settings.kubeconfig = run.kube.kubeconfig.clone();
-                sources.push(Box::new(apiway_core::config::StaticSource::new(
-                    "flags", settings,
-                )));
+                let sources = file_and_flags(config, apiway_tunnel::config::parse_file, settings, &run);
                 run_role::<apiway_tunnel::server::TunnelServer>(sources, run).await
             }
             Role::Demo => demo::run().await,

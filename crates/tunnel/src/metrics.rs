@@ -60,11 +60,9 @@ impl Default for TunnelMetrics {
         TunnelMetrics {
             tunnels: Family::default(),
             dials: Family::default(),
-            dial_seconds: Histogram::new(
-                [
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                ],
-            ),
+            dial_seconds: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
             open: Gauge::default(),
             bytes: Family::default(),
             auth_failures: Family::default(),

@@ -40,16 +40,7 @@ async fn a_killed_server_hands_new_connections_to_the_other_at_once() -> Result<
     let (ta, tb) = (a.listener("tunnel"), b.listener("tunnel"));
     let agent = tunnel_agent(&pki, "node-1", &[ta, tb], &[echo.addr.to_string()], &[]).await?;
     let local = agent.listener(">");
-    for peer in [ta, tb] {
-        agent
-            .wait_metric(
-                "apiway_tunnel_connections",
-                &[("peer", &peer.to_string())],
-                Duration::from_secs(5),
-                |v| v == 1.0,
-            )
-            .await?;
-    }
+    agent.wait_tunnels(&[ta, tb], 1.0).await?;
     for _ in 0..10 {
         echo_once(local).await?;
     }
@@ -68,14 +59,7 @@ async fn a_killed_server_hands_new_connections_to_the_other_at_once() -> Result<
         took < Duration::from_secs(5),
         "20 connections after the kill took {took:?}"
     );
-    agent
-        .wait_metric(
-            "apiway_tunnel_connections",
-            &[("peer", &ta.to_string())],
-            Duration::from_secs(5),
-            |v| v == 0.0,
-        )
-        .await?;
+    agent.wait_tunnels(&[ta], 0.0).await?;
     let m = b.metrics().await?;
     ensure!(m.count("apiway_tunnel_dials_total", &[("result", "ok")]) >= 20.0);
     Ok(())
@@ -104,27 +88,11 @@ async fn a_stopped_server_is_found_dead_by_ping() -> Result<()> {
     )
     .await?;
     let local = agent.listener(">");
-    for peer in [ta, tb] {
-        agent
-            .wait_metric(
-                "apiway_tunnel_connections",
-                &[("peer", &peer.to_string())],
-                Duration::from_secs(5),
-                |v| v == 1.0,
-            )
-            .await?;
-    }
+    agent.wait_tunnels(&[ta, tb], 1.0).await?;
     a.process.signal(Signal::STOP)?;
     let stopped = Instant::now();
     // The hung server's connection is declared dead by PING...
-    agent
-        .wait_metric(
-            "apiway_tunnel_connections",
-            &[("peer", &ta.to_string())],
-            Duration::from_secs(5),
-            |v| v == 0.0,
-        )
-        .await?;
+    agent.wait_tunnels(&[ta], 0.0).await?;
     let detected = stopped.elapsed();
     // ...and connections go through the other one.
     for _ in 0..10 {
@@ -249,14 +217,7 @@ async fn a_draining_server_finishes_open_streams_and_new_ones_go_elsewhere() -> 
         &[allow.to_vec(), vec!["--listen".into(), b_addr.to_string()]].concat(),
     )
     .await?;
-    agent
-        .wait_metric(
-            "apiway_tunnel_connections",
-            &[("peer", &b_addr.to_string())],
-            Duration::from_secs(5),
-            |v| v == 1.0,
-        )
-        .await?;
+    agent.wait_tunnels(&[b_addr], 1.0).await?;
 
     a.process.signal(Signal::TERM)?;
     // During the drain delay /healthz fails, so a load balancer stops

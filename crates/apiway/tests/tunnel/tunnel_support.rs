@@ -128,6 +128,22 @@ impl Role {
     }
 }
 
+impl Role {
+    /// Waits until the agent has `up` connections to each of `servers`.
+    pub async fn wait_tunnels(&self, servers: &[SocketAddr], up: f64) -> Result<()> {
+        for server in servers {
+            self.wait_metric(
+                "apiway_tunnel_connections",
+                &[("peer", &server.to_string())],
+                Duration::from_secs(5),
+                |v| v == up,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
 /// `apiway tunnel-server` with the PKI's certificate and client CA, on a
 /// free port, plus `extra`.
 pub async fn tunnel_server(pki: &TunnelPki, extra: &[String]) -> Result<Role> {
