@@ -39,7 +39,7 @@ struct Cli {
     quick: bool,
     /// Run only these scenarios (comma-separated): throughput, conn_rate,
     /// conn_rate_tls, idle_memory, reload, agent_failover, client_failover,
-    /// client_overhead, gateway_api.
+    /// client_overhead, gateway_api, tunnel.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The apiway binary [default: `apiway` next to this program, i.e.
@@ -164,6 +164,7 @@ async fn run(cli: Cli) -> Result<bool> {
             "client_failover" => scenarios::client_failover::run(&settings).await,
             "client_overhead" => scenarios::client_overhead::run(&settings).await,
             "gateway_api" => scenarios::gateway_api::run(&settings).await,
+            "tunnel" => scenarios::tunnel::run(&settings).await,
             other => bail!("unknown scenario {other}"),
         };
         if let Err(e) = &result {

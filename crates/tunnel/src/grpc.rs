@@ -254,9 +254,15 @@ pub(crate) enum Side {
     Server,
 }
 
+/// One gRPC message, in one or two pieces (a `DATA` message's header and
+/// its payload, so that the payload is not copied to join them).
+pub(crate) type Message = (Bytes, Option<Bytes>);
+
 /// A request or response body fed from a channel of gRPC messages.
 pub(crate) struct Outbound {
-    rx: mpsc::Receiver<Bytes>,
+    rx: mpsc::Receiver<Message>,
+    /// The second piece of the message whose first was just sent.
+    rest: Option<Bytes>,
     abort: Option<oneshot::Receiver<Abort>>,
     side: Side,
     done: bool,
@@ -264,7 +270,7 @@ pub(crate) struct Outbound {
 
 /// The feeding end of an [`Outbound`].
 pub(crate) struct OutboundTx {
-    pub(crate) messages: mpsc::Sender<Bytes>,
+    pub(crate) messages: mpsc::Sender<Message>,
     pub(crate) abort: oneshot::Sender<Abort>,
 }
 
@@ -278,6 +284,7 @@ pub(crate) fn outbound(side: Side) -> (OutboundTx, Outbound) {
         OutboundTx { messages, abort },
         Outbound {
             rx,
+            rest: None,
             abort: Some(abort_rx),
             side,
             done: false,
@@ -316,8 +323,14 @@ impl Body for Outbound {
                 Poll::Pending => {}
             }
         }
+        if let Some(rest) = self.rest.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(rest))));
+        }
         match ready!(self.rx.poll_recv(cx)) {
-            Some(message) => Poll::Ready(Some(Ok(http_body::Frame::data(message)))),
+            Some((first, rest)) => {
+                self.rest = rest;
+                Poll::Ready(Some(Ok(http_body::Frame::data(first))))
+            }
             None => {
                 self.done = true;
                 match self.side {

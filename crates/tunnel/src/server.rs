@@ -417,13 +417,14 @@ fn abort(tx: OutboundTx, why: String) {
 async fn answer_error(tx: OutboundTx, random: i64, error: String) {
     let _ = tx
         .messages
-        .send(
+        .send((
             Frame::Dialed {
                 result: Err(error),
                 random,
             }
             .to_message(),
-        )
+            None,
+        ))
         .await;
 }
 
@@ -534,13 +535,14 @@ async fn serve_stream(
     let connect_id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     if tx
         .messages
-        .send(
+        .send((
             Frame::Dialed {
                 result: Ok(connect_id),
                 random,
             }
             .to_message(),
-        )
+            None,
+        ))
         .await
         .is_err()
     {

@@ -31,7 +31,7 @@ pub struct TunnelStream {
     inbound: Inbound<Incoming>,
     unread: Bytes,
     read_ended: bool,
-    tx: PollSender<Bytes>,
+    tx: PollSender<crate::grpc::Message>,
     abort: Option<tokio::sync::oneshot::Sender<Abort>>,
     connect_id: i64,
     close_requested: bool,
@@ -74,7 +74,9 @@ impl TunnelStream {
         std::future::poll_fn(|cx| self.tx.poll_reserve(cx))
             .await
             .map_err(|_| broken())?;
-        self.tx.send_item(frame.to_message()).map_err(|_| broken())
+        self.tx
+            .send_item((frame.to_message(), None))
+            .map_err(|_| broken())
     }
 }
 
@@ -168,13 +170,13 @@ impl AsyncWrite for TunnelStream {
         let this = &mut *self;
         ready!(this.tx.poll_reserve(cx)).map_err(|_| broken())?;
         let n = buf.len().min(MAX_CHUNK);
-        let message = Frame::Data {
-            connect_id: this.connect_id,
-            data: Bytes::copy_from_slice(&buf[..n]),
-            error: None,
-        }
-        .to_message();
-        this.tx.send_item(message).map_err(|_| broken())?;
+        // The header, then the bytes as they are: one copy (out of the
+        // relay's buffer), not two.
+        let header = apiway_wire::tunnel::data_message_header(this.connect_id, n);
+        let payload = Bytes::copy_from_slice(&buf[..n]);
+        this.tx
+            .send_item((header, Some(payload)))
+            .map_err(|_| broken())?;
         Poll::Ready(Ok(n))
     }
 

@@ -406,6 +406,45 @@ impl Frame {
     }
 }
 
+/// The gRPC message of a `DATA` frame for `connect_id` carrying `len`
+/// bytes, without the bytes: prefix and protobuf up to the payload, so that
+/// a sender writes this and then the payload as it is, with no copy. The
+/// same bytes as [`Frame::to_message`] up to the payload.
+pub fn data_message_header(connect_id: i64, len: usize) -> Bytes {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
+    // Data { connectID = 1 (omitted when 0, as prost does), data = 3 }.
+    let id_len = if connect_id == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(connect_id as u64)
+    };
+    let data_len = if len == 0 {
+        0
+    } else {
+        1 + encoded_len_varint(len as u64) + len
+    };
+    let inner = id_len + data_len;
+    // Packet { type = 1 (DATA = 4), data = 4 (Data) }.
+    let packet = 2 + 1 + encoded_len_varint(inner as u64) + inner;
+    let mut out = BytesMut::with_capacity(PREFIX_LEN + 24);
+    out.put_u8(0);
+    // Fits: a payload is at most a relay buffer (16 MiB).
+    out.put_u32(packet as u32);
+    encode_key(1, WireType::Varint, &mut out);
+    encode_varint(PacketType::Data as u64, &mut out);
+    encode_key(4, WireType::LengthDelimited, &mut out);
+    encode_varint(inner as u64, &mut out);
+    if connect_id != 0 {
+        encode_key(1, WireType::Varint, &mut out);
+        encode_varint(connect_id as u64, &mut out);
+    }
+    if len != 0 {
+        encode_key(3, WireType::LengthDelimited, &mut out);
+        encode_varint(len as u64, &mut out);
+    }
+    out.freeze()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -469,6 +508,22 @@ mod tests {
         ];
         for f in frames {
             assert_eq!(decode(&f.clone().encode()).unwrap(), f);
+        }
+    }
+
+    #[test]
+    fn a_data_header_and_its_payload_are_the_whole_message() {
+        for (id, len) in [(1, 300), (0, 5), (42, 0), (i64::MAX, 70_000), (-1, 1)] {
+            let data = Bytes::from(vec![9u8; len]);
+            let whole = Frame::Data {
+                connect_id: id,
+                data: data.clone(),
+                error: None,
+            }
+            .to_message();
+            let mut joined = data_message_header(id, len).to_vec();
+            joined.extend_from_slice(&data);
+            assert_eq!(joined, whole.to_vec(), "connect id {id}, {len} bytes");
         }
     }
 

@@ -14,9 +14,10 @@ pub mod gateway_api;
 pub mod idle_memory;
 pub mod reload;
 pub mod throughput;
+pub mod tunnel;
 
 /// Every scenario, in run order.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "throughput",
     "conn_rate",
     "conn_rate_tls",
@@ -26,6 +27,7 @@ pub const ALL: [&str; 9] = [
     "client_failover",
     "client_overhead",
     "gateway_api",
+    "tunnel",
 ];
 
 /// The SNI of the main route.
