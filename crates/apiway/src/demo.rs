@@ -6,7 +6,8 @@
 //! backend answered, sends pods' requests through a node agent and the
 //! gateway's PROXY-protocol listener (routed by original destination),
 //! stops one backend, shows the health check ejecting it and traffic
-//! carrying on, then exits.
+//! carrying on, sends a request through the node-to-control-plane tunnel
+//! (and sees a disallowed destination refused), then exits.
 
 use std::time::{Duration, Instant};
 
@@ -232,9 +233,77 @@ drain: {{ delay: 0s, grace_period: 1s }}
     if failed > 0 {
         bail!("{failed} requests failed while a backend was down");
     }
+    tunnel(&ca, a2.addr(), b1.addr()).await?;
     running.shutdown(std::future::ready(())).await;
     drop((a2, b1));
     println!("\ndemo finished: no request failed while a backend went down.");
+    Ok(())
+}
+
+/// 5. The node-to-control-plane tunnel: an agent on an "isolated node"
+/// reaches cluster A's API server only through a tunnel server, which
+/// dials what it allows and nothing else.
+async fn tunnel(ca: &Ca, allowed: std::net::SocketAddr, other: std::net::SocketAddr) -> Result<()> {
+    use apiway_agent::config::{AgentSettings, UpstreamMode};
+    use apiway_tunnel::config::{DestinationEntry, ServerSettings};
+    println!("\n5. the node-to-control-plane tunnel (KEP-2025, konnectivity-client's protocol):");
+    let dir = tempfile::Builder::new()
+        .prefix("apiway-demo-tunnel-")
+        .tempdir()?;
+    let ca_pem = dir.path().join("ca.pem");
+    std::fs::write(&ca_pem, ca.cert_pem())?;
+    let (cert, key) = ca
+        .issue_server(&["localhost"], &[[127, 0, 0, 1].into()])?
+        .write(dir.path(), "tunnel-server")?;
+    let (agent_cert, agent_key) = ca
+        .issue_client("node-1", &[])?
+        .write(dir.path(), "node-1")?;
+    let server = apiway_tunnel::config::build(ServerSettings {
+        listen: Some("127.0.0.1:0".into()),
+        cert_file: Some(cert),
+        key_file: Some(key),
+        client_ca_file: Some(ca_pem.clone()),
+        allowed_destinations: vec![DestinationEntry::Address(allowed.to_string())],
+        ..ServerSettings::default()
+    })
+    .map_err(anyhow::Error::msg)?;
+    let server = Running::<apiway_tunnel::server::TunnelServer>::start(server).await?;
+    let tunnel = apiway_core::runtime::Role::listeners(server.role().as_ref())[0].1;
+    let agent = apiway_agent::config::build(AgentSettings {
+        upstream: Some(UpstreamMode::Tunnel),
+        target: vec![format!("0:{allowed}"), format!("0:{other}")],
+        tunnel_servers: vec![tunnel.to_string()],
+        tunnel_ca: Some(ca_pem),
+        tunnel_cert: Some(agent_cert),
+        tunnel_key: Some(agent_key),
+        dial_timeout: Some(Duration::from_secs(1)),
+        ..AgentSettings::default()
+    })
+    .map_err(anyhow::Error::msg)?;
+    let agent = Running::<apiway_agent::Agent>::start(agent).await?;
+    let locals = agent.role().listener_addrs();
+    println!("   tunnel server on {tunnel} allows {allowed} only; agent node-1 listens on {} (-> {allowed}) and {} (-> {other})", locals[0], locals[1]);
+    for http2 in [false, true] {
+        let r = https_get(locals[0], A, "/api", ca, None, http2).await?;
+        println!(
+            "   through the tunnel ({}) -> {} answered {}",
+            if http2 { "HTTP/2" } else { "HTTP/1.1" },
+            r.standin().unwrap_or("?"),
+            r.status
+        );
+    }
+    match https_get(locals[1], B, "/api", ca, None, false).await {
+        Ok(r) => bail!(
+            "the tunnel server dialed a destination it does not allow ({})",
+            r.status
+        ),
+        Err(e) => println!(
+            "   to {other} -> refused by the tunnel server: {}",
+            root_cause(&e)
+        ),
+    }
+    agent.shutdown(std::future::ready(())).await;
+    server.shutdown(std::future::ready(())).await;
     Ok(())
 }
 

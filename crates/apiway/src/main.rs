@@ -64,8 +64,8 @@ enum Role {
     /// (lists) or override (single values) the --config file.
     TunnelServer(Box<TunnelServerArgs>),
     /// Run a whole topology on loopback: a gateway in front of stand-in API
-    /// servers for two clusters; shows routing by SNI and health-check
-    /// ejection, then exits.
+    /// servers for two clusters; shows routing by SNI, health-check
+    /// ejection and the node-to-control-plane tunnel, then exits.
     Demo,
     /// What apiway-client sees for a kubeconfig's cluster: the origin, the
     /// alternatives from --alternative-hosts, `Alt-Svc` and the

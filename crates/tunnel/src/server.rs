@@ -428,14 +428,61 @@ async fn answer_error(tx: OutboundTx, random: i64, error: String) {
         .await;
 }
 
-/// One Proxy stream: DIAL_REQ, the dial, DIAL_RSP, then the relay.
+/// What the relay phase of a stream holds: the destination socket, the
+/// stream, and what is released when it ends.
+struct Dialed {
+    tcp: TcpStream,
+    tunnel: TunnelStream,
+    relay: apiway_relay::RelayConfig,
+    _lease: apiway_core::endpoint::Lease,
+    _slot: apiway_core::listener::Slot,
+}
+
+/// One Proxy stream: DIAL_REQ, the dial, DIAL_RSP, then the relay. The dial
+/// phase is boxed and freed before the relay, so that an idle connection
+/// holds only what the relay needs.
 async fn serve_stream(
     shared: Arc<Shared>,
     identity: Arc<str>,
-    mut inbound: Inbound<Incoming>,
+    inbound: Inbound<Incoming>,
     tx: OutboundTx,
 ) {
+    let Some(mut d) = Box::pin(dial_phase(&shared, &identity, inbound, tx)).await else {
+        return;
+    };
     let m = &shared.metrics;
+    m.open.inc();
+    let outcome = stream::splice(d.tcp, &mut d.tunnel, &d.relay, m.observer()).await;
+    let connect_id = d.tunnel.connect_id();
+    if d.tunnel.close_requested() {
+        let _ = d
+            .tunnel
+            .send(Frame::Closed {
+                connect_id,
+                error: None,
+            })
+            .await;
+    }
+    m.open.dec();
+    tracing::debug!(%identity, connect_id, ?outcome, "connection closed");
+}
+
+/// DIAL_REQ, the checks, the dial and DIAL_RSP; `None` when the stream
+/// ends there (answered, refused or abandoned).
+async fn dial_phase(
+    shared: &Shared,
+    identity: &str,
+    mut inbound: Inbound<Incoming>,
+    tx: OutboundTx,
+) -> Option<Dialed> {
+    let m = &shared.metrics;
+    // Every early end answers (or aborts) and yields no relay.
+    macro_rules! end {
+        ($e:expr) => {{
+            $e;
+            return None;
+        }};
+    }
     let (protocol, address, random) =
         match tokio::time::timeout(DIAL_REQUEST_TIMEOUT, inbound.next()).await {
             Ok(Some(Ok(Frame::Dial {
@@ -443,18 +490,19 @@ async fn serve_stream(
                 address,
                 random,
             }))) => (protocol, address, random),
-            Ok(Some(Ok(other))) => {
-                return abort(
-                    tx,
-                    format!(
-                        "a stream starts with DIAL_REQ, not {}",
-                        stream::kind(&other)
-                    ),
-                )
-            }
-            Ok(Some(Err(e))) => return abort(tx, format!("bad first message: {e}")),
-            Ok(None) => return,
-            Err(_) => return abort(tx, format!("no DIAL_REQ within {DIAL_REQUEST_TIMEOUT:?}")),
+            Ok(Some(Ok(other))) => end!(abort(
+                tx,
+                format!(
+                    "a stream starts with DIAL_REQ, not {}",
+                    stream::kind(&other)
+                ),
+            )),
+            Ok(Some(Err(e))) => end!(abort(tx, format!("bad first message: {e}"))),
+            Ok(None) => return None,
+            Err(_) => end!(abort(
+                tx,
+                format!("no DIAL_REQ within {DIAL_REQUEST_TIMEOUT:?}")
+            )),
         };
     let started = Instant::now();
     let refuse = |why: String| {
@@ -464,7 +512,7 @@ async fn serve_stream(
     };
     if protocol != "tcp" {
         let why = refuse(format!("protocol `{protocol}` is not served; only tcp"));
-        return answer_error(tx, random, why).await;
+        end!(answer_error(tx, random, why).await);
     }
     let settings = shared.settings.load_full();
     let destination = Address::parse(&address).ok().and_then(|a| {
@@ -478,19 +526,19 @@ async fn serve_stream(
         let why = refuse(format!(
             "destination {address} is not allowed (not an --allowed-destination of this tunnel server)"
         ));
-        return answer_error(tx, random, why).await;
+        end!(answer_error(tx, random, why).await);
     };
     if !destination.spec.allows(&identity) {
         let why = refuse(format!(
             "destination {address} is not allowed for agent `{identity}`"
         ));
-        return answer_error(tx, random, why).await;
+        end!(answer_error(tx, random, why).await);
     }
     let Some(slot) = shared.streams.try_take() else {
         m.dial("failed");
         let why = "the tunnel server is at its --max-connections limit".to_owned();
         tracing::warn!(%identity, destination = %address, "{why}");
-        return answer_error(tx, random, why).await;
+        end!(answer_error(tx, random, why).await);
     };
 
     // The dial, cancelled when the agent gives up (DIAL_CLS or a reset).
@@ -507,7 +555,7 @@ async fn serve_stream(
                 None => sent_everything = true,
                 Some(Ok(Frame::CancelDial { .. })) | Some(Err(_)) => break None,
                 Some(Ok(other)) => {
-                    return abort(tx, format!("{} before DIAL_RSP", stream::kind(&other)));
+                    end!(abort(tx, format!("{} before DIAL_RSP", stream::kind(&other))));
                 }
             }
         }
@@ -516,19 +564,19 @@ async fn serve_stream(
         None => {
             m.dial("cancelled");
             tracing::debug!(%identity, destination = %address, "dial cancelled by the agent");
-            return;
+            return None;
         }
         Some(Err(_)) => {
             m.dial("timeout");
             let why = format!("dial {address} timed out after {:?}", settings.dial_timeout);
             tracing::warn!(%identity, "{why}");
-            return answer_error(tx, random, why).await;
+            end!(answer_error(tx, random, why).await);
         }
         Some(Ok(Err(e))) => {
             m.dial("failed");
             let why = format!("dial {address}: {e}");
             tracing::warn!(%identity, "{why}");
-            return answer_error(tx, random, why).await;
+            end!(answer_error(tx, random, why).await);
         }
         Some(Ok(Ok(c))) => c,
     };
@@ -547,7 +595,7 @@ async fn serve_stream(
         .is_err()
     {
         m.dial("cancelled");
-        return;
+        return None;
     }
     m.dial("ok");
     m.dial_seconds.observe(started.elapsed().as_secs_f64());
@@ -555,20 +603,11 @@ async fn serve_stream(
     let apiway_core::dial::Connected {
         stream: tcp, lease, ..
     } = connected;
-    let mut tunnel = TunnelStream::new(inbound, tx, connect_id);
-    m.open.inc();
-    let outcome = stream::splice(tcp, &mut tunnel, &settings.relay, m.observer()).await;
-    drop(settings);
-    if tunnel.close_requested() {
-        let _ = tunnel
-            .send(Frame::Closed {
-                connect_id,
-                error: None,
-            })
-            .await;
-    }
-    m.open.dec();
-    drop(lease);
-    drop(slot);
-    tracing::debug!(%identity, destination = %address, connect_id, ?outcome, "connection closed");
+    Some(Dialed {
+        tcp,
+        tunnel: TunnelStream::new(inbound, tx, connect_id),
+        relay: settings.relay.clone(),
+        _lease: lease,
+        _slot: slot,
+    })
 }

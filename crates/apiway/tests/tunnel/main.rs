@@ -7,9 +7,15 @@
 #[allow(dead_code, unused_imports)]
 mod support;
 
+// The agent tests' helpers: network namespaces, curl inside them.
+#[path = "../agent/agent_support.rs"]
+#[allow(dead_code, unused_imports)]
+mod agent_support;
 mod tunnel_support;
 
+mod deploy;
 mod faults;
 mod interop;
+mod kep;
 mod path;
 mod refusals;

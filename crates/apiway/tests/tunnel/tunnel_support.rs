@@ -75,7 +75,12 @@ impl Role {
     /// Starts `apiway ROLE ARGS --admin 127.0.0.1:0` and waits for its ready
     /// file.
     pub async fn start(role: &str, args: &[String]) -> Result<Role> {
-        let mut command = command_in(None, APIWAY);
+        Role::start_in(None, role, args).await
+    }
+
+    /// [`start`](Self::start) inside the network namespace `netns`.
+    pub async fn start_in(netns: Option<&str>, role: &str, args: &[String]) -> Result<Role> {
+        let mut command = command_in(netns, APIWAY);
         command
             .arg(role)
             .args(args)
