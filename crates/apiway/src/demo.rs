@@ -240,9 +240,9 @@ drain: {{ delay: 0s, grace_period: 1s }}
     Ok(())
 }
 
-/// 5. The node-to-control-plane tunnel: an agent on an "isolated node"
-/// reaches cluster A's API server only through a tunnel server, which
-/// dials what it allows and nothing else.
+/// Step 5, the node-to-control-plane tunnel: an agent on an "isolated
+/// node" reaches cluster A's API server only through a tunnel server,
+/// which dials what it allows and nothing else.
 async fn tunnel(ca: &Ca, allowed: std::net::SocketAddr, other: std::net::SocketAddr) -> Result<()> {
     use apiway_agent::config::{AgentSettings, UpstreamMode};
     use apiway_tunnel::config::{DestinationEntry, ServerSettings};

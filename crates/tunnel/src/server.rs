@@ -528,7 +528,7 @@ async fn dial_phase(
         ));
         end!(answer_error(tx, random, why).await);
     };
-    if !destination.spec.allows(&identity) {
+    if !destination.spec.allows(identity) {
         let why = refuse(format!(
             "destination {address} is not allowed for agent `{identity}`"
         ));

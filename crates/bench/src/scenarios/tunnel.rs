@@ -168,7 +168,7 @@ fn launch(
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG");
     let tmp = tempfile::Builder::new().prefix(name).tempdir_in(dir)?;
-    let mut l = Launcher::new(command.into()).dir(tmp).log_name("log");
+    let mut l = Launcher::new(command).dir(tmp).log_name("log");
     if ready {
         l = l.ready_file();
     }
@@ -432,8 +432,8 @@ async fn throughput(addr: SocketAddr, upload: bool, trial: Duration) -> Result<f
     while Instant::now() < warm {
         if upload {
             s.write_all(&buf).await?;
-        } else {
-            s.read(&mut buf).await?;
+        } else if s.read(&mut buf).await? == 0 {
+            bail!("the source closed");
         }
     }
     let started = Instant::now();
