@@ -344,7 +344,7 @@ impl TunnelClient {
             random,
         };
         // Room for one message: this cannot wait.
-        let _ = tx.messages.try_send((dial.to_message(), None));
+        let _ = tx.try_send((dial.to_message(), None));
         let mut request = Request::post(format!("https://{}{}", endpoint.name(), grpc::PROXY_PATH));
         if let Some(file) = self.token.load().as_ref() {
             // A problem of this agent's: no other server would help.

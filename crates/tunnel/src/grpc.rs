@@ -6,7 +6,6 @@
 //! the status in its trailers), [`Outbound`] is the body that sends them
 //! and ends with a clean end, a status, or a reset.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
@@ -15,7 +14,8 @@ use apiway_wire::tunnel::{self, Frame};
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderMap, HeaderValue};
 use http_body::Body;
-use tokio::sync::{mpsc, oneshot};
+
+use crate::slot::{slot, Received, SlotRx, SlotTx};
 
 /// The request path of `ProxyService.Proxy` (the proto has no package).
 pub const PROXY_PATH: &str = "/ProxyService/Proxy";
@@ -242,10 +242,6 @@ where
     }
 }
 
-/// How an [`Outbound`] body ends other than cleanly.
-#[derive(Debug)]
-pub(crate) struct Abort(pub String);
-
 /// Which side sends: a client ends its request with END_STREAM (or a
 /// reset), a server its response with trailers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -258,34 +254,26 @@ pub(crate) enum Side {
 /// its payload, so that the payload is not copied to join them).
 pub(crate) type Message = (Bytes, Option<Bytes>);
 
-/// A request or response body fed from a channel of gRPC messages.
+/// The feeding end of an [`Outbound`].
+pub(crate) type OutboundTx = SlotTx;
+
+/// A request or response body fed through a [`slot`](crate::slot).
 pub(crate) struct Outbound {
-    rx: mpsc::Receiver<Message>,
+    rx: SlotRx,
     /// The second piece of the message whose first was just sent.
     rest: Option<Bytes>,
-    abort: Option<oneshot::Receiver<Abort>>,
     side: Side,
     done: bool,
 }
 
-/// The feeding end of an [`Outbound`].
-pub(crate) struct OutboundTx {
-    pub(crate) messages: mpsc::Sender<Message>,
-    pub(crate) abort: oneshot::Sender<Abort>,
-}
-
-/// A body and its feeding end. One message may wait in the channel: the
-/// rest of the backpressure is HTTP/2's, since hyper polls a body only
-/// when the stream has window.
+/// A body and its feeding end.
 pub(crate) fn outbound(side: Side) -> (OutboundTx, Outbound) {
-    let (messages, rx) = mpsc::channel(1);
-    let (abort, abort_rx) = oneshot::channel();
+    let (tx, rx) = slot();
     (
-        OutboundTx { messages, abort },
+        tx,
         Outbound {
             rx,
             rest: None,
-            abort: Some(abort_rx),
             side,
             done: false,
         },
@@ -303,35 +291,26 @@ impl Body for Outbound {
         if self.done {
             return Poll::Ready(None);
         }
-        if let Some(abort) = self.abort.as_mut() {
-            match Pin::new(abort).poll(cx) {
-                Poll::Ready(Ok(Abort(message))) => {
-                    self.done = true;
-                    return Poll::Ready(Some(match self.side {
-                        Side::Server => Ok(http_body::Frame::trailers(status_headers(
-                            Code::Aborted,
-                            &message,
-                        ))),
-                        // hyper resets the stream on a body error.
-                        Side::Client => {
-                            Err(io::Error::new(io::ErrorKind::ConnectionReset, message))
-                        }
-                    }));
-                }
-                // Dropped without aborting: the end is clean.
-                Poll::Ready(Err(_)) => self.abort = None,
-                Poll::Pending => {}
-            }
-        }
         if let Some(rest) = self.rest.take() {
             return Poll::Ready(Some(Ok(http_body::Frame::data(rest))));
         }
         match ready!(self.rx.poll_recv(cx)) {
-            Some((first, rest)) => {
+            Received::Message((first, rest)) => {
                 self.rest = rest;
                 Poll::Ready(Some(Ok(http_body::Frame::data(first))))
             }
-            None => {
+            Received::Abort(message) => {
+                self.done = true;
+                Poll::Ready(Some(match self.side {
+                    Side::Server => Ok(http_body::Frame::trailers(status_headers(
+                        Code::Aborted,
+                        &message,
+                    ))),
+                    // hyper resets the stream on a body error.
+                    Side::Client => Err(io::Error::new(io::ErrorKind::ConnectionReset, message)),
+                }))
+            }
+            Received::End => {
                 self.done = true;
                 match self.side {
                     Side::Server => Poll::Ready(Some(Ok(http_body::Frame::trailers(

@@ -20,6 +20,7 @@ mod grpc;
 pub mod identity;
 pub mod metrics;
 pub mod server;
+mod slot;
 pub mod stream;
 pub mod tokens;
 

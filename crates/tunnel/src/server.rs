@@ -410,13 +410,12 @@ async fn handle(shared: Arc<Shared>, cert: Option<Arc<str>>, req: Request<Incomi
 
 /// Aborts a stream before any dial: an ABORTED status with `why`.
 fn abort(tx: OutboundTx, why: String) {
-    let _ = tx.abort.send(grpc::Abort(why));
+    tx.abort(why);
 }
 
 /// Answers DIAL_REQ with an error, then ends the stream.
 async fn answer_error(tx: OutboundTx, random: i64, error: String) {
     let _ = tx
-        .messages
         .send((
             Frame::Dialed {
                 result: Err(error),
@@ -582,7 +581,6 @@ async fn dial_phase(
     };
     let connect_id = shared.next_id.fetch_add(1, Ordering::Relaxed);
     if tx
-        .messages
         .send((
             Frame::Dialed {
                 result: Ok(connect_id),

@@ -18,9 +18,8 @@ use bytes::Bytes;
 use hyper::body::Incoming;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio_util::sync::PollSender;
 
-use crate::grpc::{Abort, Inbound, OutboundTx};
+use crate::grpc::{Inbound, OutboundTx};
 
 /// The largest DATA payload one write sends.
 const MAX_CHUNK: usize = 64 * 1024;
@@ -31,8 +30,7 @@ pub struct TunnelStream {
     inbound: Inbound<Incoming>,
     unread: Bytes,
     read_ended: bool,
-    tx: PollSender<crate::grpc::Message>,
-    abort: Option<tokio::sync::oneshot::Sender<Abort>>,
+    tx: OutboundTx,
     connect_id: i64,
     close_requested: bool,
 }
@@ -43,8 +41,7 @@ impl TunnelStream {
             inbound,
             unread: Bytes::new(),
             read_ended: false,
-            tx: PollSender::new(tx.messages),
-            abort: Some(tx.abort),
+            tx,
             connect_id,
             close_requested: false,
         }
@@ -63,19 +60,14 @@ impl TunnelStream {
     /// Resets the stream: an ABORTED status (server) or RST_STREAM
     /// (agent) with `why`.
     pub fn reset(&mut self, why: &str) {
-        if let Some(abort) = self.abort.take() {
-            let _ = abort.send(Abort(why.to_owned()));
-        }
-        self.tx.close();
+        self.tx.abort(why.to_owned());
     }
 
     /// Sends one frame (waiting for room).
     pub(crate) async fn send(&mut self, frame: Frame) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.tx.poll_reserve(cx))
-            .await
-            .map_err(|_| broken())?;
         self.tx
-            .send_item((frame.to_message(), None))
+            .send((frame.to_message(), None))
+            .await
             .map_err(|_| broken())
     }
 }
@@ -168,14 +160,14 @@ impl AsyncWrite for TunnelStream {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
-        ready!(this.tx.poll_reserve(cx)).map_err(|_| broken())?;
+        ready!(this.tx.poll_ready(cx)).map_err(|_| broken())?;
         let n = buf.len().min(MAX_CHUNK);
         // The header, then the bytes as they are: one copy (out of the
         // relay's buffer), not two.
         let header = apiway_wire::tunnel::data_message_header(this.connect_id, n);
         let payload = Bytes::copy_from_slice(&buf[..n]);
         this.tx
-            .send_item((header, Some(payload)))
+            .try_send((header, Some(payload)))
             .map_err(|_| broken())?;
         Poll::Ready(Ok(n))
     }
@@ -184,7 +176,7 @@ impl AsyncWrite for TunnelStream {
         Poll::Ready(Ok(()))
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         self.tx.close();
         Poll::Ready(Ok(()))
     }

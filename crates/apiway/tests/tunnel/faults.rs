@@ -246,3 +246,31 @@ async fn a_draining_server_finishes_open_streams_and_new_ones_go_elsewhere() -> 
     ensure!(status.success(), "A exited with {status}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_listens_before_any_server_is_up_and_a_connection_waits_for_one() -> Result<()> {
+    let echo = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    let later = SocketAddr::from(([127, 0, 0, 1], apiway_test_support::peers::free_port()?));
+    // The agent starts (ready file written, listening) with no server up.
+    let agent = tunnel_agent(&pki, "node-1", &[later], &[echo.addr.to_string()], &[]).await?;
+    let local = agent.listener(">");
+    let client = tokio::spawn(echo_once(local));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    ensure!(
+        !client.is_finished(),
+        "the connection ended before any server was up"
+    );
+    let allow = [
+        "--allowed-destination".to_owned(),
+        echo.addr.to_string(),
+        "--listen".to_owned(),
+        later.to_string(),
+    ];
+    let _server = tunnel_server(&pki, &allow).await?;
+    tokio::time::timeout(Duration::from_secs(10), client)
+        .await
+        .context("the waiting connection never went through")???;
+    agent.wait_tunnels(&[later], 1.0).await?;
+    Ok(())
+}

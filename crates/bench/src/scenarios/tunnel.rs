@@ -222,7 +222,7 @@ async fn apiway_server(
         args.push(a.to_string());
     }
     let mut server = launch(apiway, &args, dir, "tunnel-server-", true)?;
-    let report = server.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let report = server.wait_for_ready_file(Duration::from_secs(30)).await?;
     let tunnel = *report
         .listeners
         .get("tunnel")
@@ -259,7 +259,7 @@ async fn apiway_agent(
         args.extend(["--target".into(), format!("0:{a}")]);
     }
     let mut agent = launch(apiway, &args, dir, "tunnel-agent-", true)?;
-    let report = agent.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let report = agent.wait_for_ready_file(Duration::from_secs(30)).await?;
     let mut local = BTreeMap::new();
     for a in destinations {
         let l = report
@@ -735,13 +735,16 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
             Err(e) => notes.push(format!("idle memory, {}: {e:#}", f.way.label())),
         }
     }
-    eprintln!("   failover");
-    let failover = failover_ms(&apiway, dir.path(), &pki, &d, 5).await;
+    // The forwarders go first: stunnel and sshd may still be closing
+    // thousands of connections.
     for f in &mut forwarders {
         for p in &mut f.processes {
             p.kill_group();
         }
     }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!("   failover");
+    let failover = failover_ms(&apiway, dir.path(), &pki, &d, 5).await;
 
     let mut out = String::from("| metric |");
     for w in Way::ALL {
