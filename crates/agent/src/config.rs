@@ -435,31 +435,26 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
         ));
     }
 
-    let (list, flag, other, other_flag) = match mode {
-        UpstreamMode::Direct => (
-            &file.endpoints,
-            "--endpoint",
-            file.gateways.len() + file.tunnel_servers.len(),
-            "--gateway / --tunnel-server",
-        ),
-        UpstreamMode::Tunnel => (
-            &file.tunnel_servers,
-            "--tunnel-server",
-            file.gateways.len() + file.endpoints.len(),
-            "--gateway / --endpoint",
-        ),
-        _ => (
-            &file.gateways,
-            "--gateway",
-            file.endpoints.len() + file.tunnel_servers.len(),
-            "--endpoint / --tunnel-server",
-        ),
+    let lists = [
+        (&file.endpoints, "--endpoint"),
+        (&file.gateways, "--gateway"),
+        (&file.tunnel_servers, "--tunnel-server"),
+    ];
+    let flag = match mode {
+        UpstreamMode::Direct => "--endpoint",
+        UpstreamMode::Tunnel => "--tunnel-server",
+        UpstreamMode::Proxy | UpstreamMode::Connect => "--gateway",
     };
     let mode_name = format!("{mode:?}").to_lowercase();
-    if other > 0 {
-        return Err(format!(
-            "{other_flag} does not apply to --upstream {mode_name}; use {flag}"
-        ));
+    let mut list = &file.endpoints;
+    for (l, f) in lists {
+        if f == flag {
+            list = l;
+        } else if !l.is_empty() {
+            return Err(format!(
+                "{f} does not apply to --upstream {mode_name}; use {flag}"
+            ));
+        }
     }
     if list.is_empty() {
         return Err(format!(
@@ -866,6 +861,21 @@ mod tests {
         f.interface = None;
         f.authority = Some("x".into());
         assert!(err(&f).contains("--authority applies to --upstream proxy only"));
+        f.authority = None;
+        f.target = vec!["6443:api:6443".into()];
+        assert!(err(&f).contains("--target applies to --upstream tunnel only"));
+        f.upstream = Some(UpstreamMode::Tunnel);
+        assert!(err(&f).contains("--upstream tunnel forwards --target listeners only"));
+        f.listen.clear();
+        assert!(err(&f).contains("--endpoint does not apply to --upstream tunnel"));
+        f.endpoints.clear();
+        assert!(err(&f).contains("needs at least one --tunnel-server"));
+        f.tunnel_servers = vec!["tunnel.example.com:8132".into()];
+        assert!(err(&f).contains("--upstream tunnel needs --tunnel-ca"));
+        f.target = vec!["x:api:6443".into()];
+        assert!(err(&f).contains("--target `x:api:6443`: LOCAL_PORT"));
+        f.target = vec!["6443:api".into()];
+        assert!(err(&f).contains("--target `6443:api`"));
         assert!(parse_file("bogus: 1")
             .unwrap_err()
             .starts_with("invalid YAML"));
