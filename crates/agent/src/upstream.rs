@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use apiway_core::endpoint::EndpointSet;
 use arc_swap::ArcSwap;
 
-use apiway_tunnel::client::{DialError, TunnelClient};
+use apiway_tunnel::client::{TunnelClient, TunnelConnector};
 
 use crate::config::UpstreamSpec;
 use crate::metrics::ListenerHandles;
@@ -103,21 +103,28 @@ pub(crate) async fn serve(
     }
 }
 
-/// `tunnel`: one Proxy stream to `destination`, then the relay.
+/// `tunnel`: one Proxy stream to `destination` through the connector seam,
+/// then the relay.
 async fn through_tunnel(
     shared: &Upstream,
-    tunnel: &TunnelClient,
-    destination: &str,
+    tunnel: &Arc<TunnelClient>,
+    destination: &Arc<str>,
     handles: &ListenerHandles,
     client: TcpStream,
     peer: SocketAddr,
 ) {
-    let mut stream = match Box::pin(tunnel.dial(destination)).await {
+    let connector = TunnelConnector {
+        client: tunnel.clone(),
+        destination: destination.clone(),
+    };
+    let set = shared.set();
+    let no_origin = || Err("not needed".to_owned());
+    let mut stream = match Box::pin(connector.connect(&set, no_origin, &[])).await {
         Ok(s) => s,
         Err(e) => {
             match e {
-                DialError::Unavailable(_) => handles.unavailable.inc(),
-                DialError::Refused { .. } => handles.connect_failed.inc(),
+                ConnectorError::Unavailable(_) => handles.unavailable.inc(),
+                _ => handles.connect_failed.inc(),
             };
             tracing::warn!(%peer, listener = %handles.name, %destination, "closing client: {e}");
             return;

@@ -66,7 +66,7 @@ impl Default for ClientSettings {
 pub enum DialError {
     /// No tunnel server could be reached.
     #[error("no tunnel server reachable: {0}")]
-    Unavailable(String),
+    Unavailable(apiway_core::dial::DialError),
     /// A server answered DIAL_RSP with an error (destination not allowed,
     /// dial failed): the same on every server, so not retried.
     #[error("the tunnel server {server} refused: {reason}")]
@@ -268,6 +268,16 @@ impl TunnelClient {
     /// server's allowed destination names it). While no server is up it
     /// retries until the dial timeout.
     pub async fn dial(&self, destination: &str) -> Result<TunnelStream, DialError> {
+        self.dial_via(&self.servers, destination).await
+    }
+
+    /// [`dial`](Self::dial) through the servers of `servers` (the set the
+    /// connector seam hands in; connections are kept per server address).
+    pub async fn dial_via(
+        &self,
+        servers: &EndpointSet,
+        destination: &str,
+    ) -> Result<TunnelStream, DialError> {
         let started = Instant::now();
         let settings = self.settings.load_full();
         let deadline = started + settings.dial_timeout;
@@ -276,7 +286,7 @@ impl TunnelClient {
         loop {
             let record = first_round;
             first_round = false;
-            let reached = failover::attempt(&*self.servers, |endpoint| async move {
+            let reached = failover::attempt(servers, |endpoint| async move {
                 let name = endpoint.name().to_owned();
                 match self.open(&endpoint, destination, settings).await {
                     Ok(stream) => {
@@ -291,9 +301,9 @@ impl TunnelClient {
                         // Once per dial: waiting for a server to come up
                         // is not a new failure every 100 ms.
                         if record {
-                            endpoint.record_connect_failure(&self.servers.members().ejection);
+                            endpoint.record_connect_failure(&servers.members().ejection);
                         }
-                        ControlFlow::Continue(format!("{name}: {e}"))
+                        ControlFlow::Continue((name, e))
                     }
                 }
             })
@@ -315,12 +325,12 @@ impl TunnelClient {
                 Err(failures) => {
                     if Instant::now() + Duration::from_millis(100) >= deadline {
                         self.metrics.dial("failed");
-                        let why = if failures.is_empty() {
-                            "no tunnel server is configured".to_owned()
+                        let set = servers.name().to_owned();
+                        return Err(DialError::Unavailable(if failures.is_empty() {
+                            apiway_core::dial::DialError::NoEndpoints { set }
                         } else {
-                            failures.join("; ")
-                        };
-                        return Err(DialError::Unavailable(why));
+                            apiway_core::dial::DialError::AllFailed { set, failures }
+                        }));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
@@ -425,6 +435,49 @@ impl TunnelClient {
                 )))
             }
         }
+    }
+}
+
+/// The connector seam's tunnel: `connect` opens a Proxy stream to
+/// `destination` on the best tunnel server of the set it is given, and
+/// writes the client's early bytes into it.
+pub struct TunnelConnector {
+    /// The connections to the servers.
+    pub client: Arc<TunnelClient>,
+    /// `host:port` the server dials.
+    pub destination: Arc<str>,
+}
+
+impl apiway_core::connector::Connector for TunnelConnector {
+    type Output = TunnelStream;
+
+    async fn connect<'a>(
+        &'a self,
+        set: &'a EndpointSet,
+        _origin: impl FnOnce() -> Result<apiway_core::connector::Origin, String> + Send + 'a,
+        early: &'a [u8],
+    ) -> Result<TunnelStream, apiway_core::connector::ConnectorError> {
+        use apiway_core::connector::ConnectorError;
+        let mut stream =
+            self.client
+                .dial_via(set, &self.destination)
+                .await
+                .map_err(|e| match e {
+                    DialError::Unavailable(d) => ConnectorError::Unavailable(d),
+                    DialError::Refused { server, reason } => ConnectorError::Refused {
+                        upstream: server,
+                        authority: self.destination.to_string(),
+                        reason,
+                    },
+                })?;
+        if !early.is_empty() {
+            use tokio::io::AsyncWriteExt;
+            stream
+                .write_all(early)
+                .await
+                .map_err(|e| ConnectorError::Preface(format!("writing into the tunnel: {e}")))?;
+        }
+        Ok(stream)
     }
 }
 
