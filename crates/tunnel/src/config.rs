@@ -10,6 +10,8 @@ use apiway_core::endpoint::check::HealthCheckConfig;
 use apiway_core::endpoint::{Address, Ejection, EndpointSetSpec, Policy};
 use serde::Deserialize;
 
+pub use crate::identity::TlsFiles;
+
 /// One `allowed_destinations:` entry of the file: `host:port`, or the
 /// address with the agent identities that may dial it and its health check.
 #[derive(Clone, Debug, Deserialize)]
@@ -174,17 +176,6 @@ impl Destination {
     pub fn allows(&self, identity: &str) -> bool {
         self.identities.is_empty() || self.identities.iter().any(|i| i == identity)
     }
-}
-
-/// The server's TLS files.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// Serving chain.
-    pub cert: PathBuf,
-    /// Serving key.
-    pub key: PathBuf,
-    /// Client CA; `None`: agents authenticate with tokens only.
-    pub client_ca: Option<PathBuf>,
 }
 
 /// `--token-review`.

@@ -250,10 +250,6 @@ pub(crate) enum Side {
     Server,
 }
 
-/// One gRPC message, in one or two pieces (a `DATA` message's header and
-/// its payload, so that the payload is not copied to join them).
-pub(crate) type Message = (Bytes, Option<Bytes>);
-
 /// The feeding end of an [`Outbound`].
 pub(crate) type OutboundTx = SlotTx;
 

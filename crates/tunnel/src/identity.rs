@@ -2,7 +2,7 @@
 //! holds, never a name it chose. And the server's TLS settings, re-read
 //! when their files change.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +12,16 @@ use rustls::ServerConfig;
 use rustls_pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::TlsFiles;
+/// The server's TLS files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// Serving chain.
+    pub cert: PathBuf,
+    /// Serving key.
+    pub key: PathBuf,
+    /// Client CA; `None`: agents authenticate with tokens only.
+    pub client_ca: Option<PathBuf>,
+}
 
 /// The TLS server settings for `files`: the serving chain and key, client
 /// certificates verified against the client CA (required unless

@@ -10,7 +10,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use crate::grpc::Message;
+use bytes::Bytes;
+
+/// One gRPC message, in one or two pieces (a `DATA` message's header and
+/// its payload, so that the payload is not copied to join them).
+pub(crate) type Message = (Bytes, Option<Bytes>);
 
 #[derive(Default)]
 struct State {
@@ -153,7 +157,6 @@ impl Drop for SlotRx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
 
     fn msg(b: &'static [u8]) -> Message {
         (Bytes::from_static(b), None)
