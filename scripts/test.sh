@@ -30,6 +30,9 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# One build from scratch: incremental caches would only take disk (CI's disk
+# is small; the test build once ran out of it).
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> module import cycles"
