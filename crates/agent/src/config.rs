@@ -564,7 +564,14 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             mode,
             set: EndpointSetSpec {
                 endpoints,
-                policy: file.policy.unwrap_or(Policy::PreferLocalThenLatency),
+                // Tunnel servers are peers behind one name: spreading new
+                // streams over every warm connection shares the load and
+                // keeps each connection proven. Ranking by locality and
+                // latency is for API servers, one of which may be local.
+                policy: file.policy.unwrap_or(match mode {
+                    UpstreamMode::Tunnel => Policy::RoundRobin,
+                    _ => Policy::PreferLocalThenLatency,
+                }),
                 health_check,
                 ejection: Ejection::default(),
             },

@@ -44,6 +44,17 @@ async fn a_killed_server_hands_new_connections_to_the_other_at_once() -> Result<
     for _ in 0..10 {
         echo_once(local).await?;
     }
+    // New streams are spread over both warm connections (round robin).
+    for server in [&a, &b] {
+        let ok = server
+            .metrics()
+            .await?
+            .count("apiway_tunnel_dials_total", &[("result", "ok")]);
+        ensure!(
+            (3.0..=7.0).contains(&ok),
+            "one server dialled {ok} of 10 connections"
+        );
+    }
 
     a.process.signal(Signal::KILL)?;
     a.process.wait_exit(Duration::from_secs(5)).await?;

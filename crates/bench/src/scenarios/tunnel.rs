@@ -1,8 +1,9 @@
 //! `tunnel`: the node-to-control-plane tunnel (`apiway agent --upstream
 //! tunnel` → `apiway tunnel-server`) against a direct connection (the
 //! limit), OpenSSH's `ssh -L` (one TCP connection carries every forwarded
-//! connection) and stunnel4 (a TLS connection per forwarded connection),
-//! all in one run on loopback.
+//! connection), stunnel4 (a TLS connection per forwarded connection) and
+//! rathole (crates.io; TLS transport, a control channel plus a TLS data
+//! channel per forwarded connection), all in one run on loopback.
 //!
 //! Each contender forwards local ports to the same destinations: a sink
 //! (upload), a source (download), an echo, and a slow reader (100 KiB/s).
@@ -31,10 +32,17 @@ enum Way {
     Direct,
     Ssh,
     Stunnel,
+    Rathole,
 }
 
 impl Way {
-    const ALL: [Way; 4] = [Way::Apiway, Way::Direct, Way::Ssh, Way::Stunnel];
+    const ALL: [Way; 5] = [
+        Way::Apiway,
+        Way::Direct,
+        Way::Ssh,
+        Way::Stunnel,
+        Way::Rathole,
+    ];
 
     fn label(self) -> &'static str {
         match self {
@@ -42,6 +50,7 @@ impl Way {
             Way::Direct => "direct",
             Way::Ssh => "ssh -L",
             Way::Stunnel => "stunnel4",
+            Way::Rathole => "rathole",
         }
     }
 }
@@ -421,6 +430,117 @@ async fn stunnel(dir: &Path, pki: &Pki, d: &Destinations) -> Result<Forwarder> {
     })
 }
 
+/// rathole with its TLS transport. rathole forwards towards its client, so
+/// its server runs on the node side (the local listeners) and its client on
+/// the control-plane side (it dials the destinations). `RATHOLE` names the
+/// program [default: `rathole` on PATH, then `~/.cargo/bin/rathole`].
+async fn rathole(dir: &Path, pki: &Pki, d: &Destinations) -> Result<Forwarder> {
+    let program = std::env::var_os("RATHOLE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("PATH").and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|p| p.join("rathole"))
+                    .find(|p| p.is_file())
+            })
+        })
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cargo/bin/rathole"))
+                .filter(|p| p.is_file())
+        })
+        .context(
+            "not installed (cargo install --locked rathole --no-default-features --features server,client,tls)",
+        )?;
+    let dir = tempfile::Builder::new()
+        .prefix("rathole-")
+        .tempdir_in(dir)?
+        .keep();
+    let identity = dir.join("identity.pfx");
+    let ok = std::process::Command::new("openssl")
+        .args(["pkcs12", "-export", "-passout", "pass:bench", "-in"])
+        .arg(&pki.server.0)
+        .arg("-inkey")
+        .arg(&pki.server.1)
+        .arg("-out")
+        .arg(&identity)
+        .status()?
+        .success();
+    if !ok {
+        bail!("openssl pkcs12 -export failed");
+    }
+    let control = free_port()?;
+    let mut server = format!(
+        "[server]\nbind_addr = \"127.0.0.1:{control}\"\n[server.transport]\ntype = \"tls\"\n\
+         [server.transport.tls]\npkcs12 = \"{}\"\npkcs12_password = \"bench\"\n",
+        identity.display()
+    );
+    let mut client = format!(
+        "[client]\nremote_addr = \"localhost:{control}\"\n[client.transport]\ntype = \"tls\"\n\
+         [client.transport.tls]\ntrusted_root = \"{}\"\nhostname = \"localhost\"\n",
+        pki.ca_pem.display()
+    );
+    let mut local = BTreeMap::new();
+    for (i, a) in d.all().into_iter().enumerate() {
+        let l = SocketAddr::from(([127, 0, 0, 1], free_port()?));
+        server.push_str(&format!(
+            "[server.services.s{i}]\ntoken = \"bench\"\nbind_addr = \"{l}\"\nnodelay = true\n"
+        ));
+        client.push_str(&format!(
+            "[client.services.s{i}]\ntoken = \"bench\"\nlocal_addr = \"{a}\"\nnodelay = true\n"
+        ));
+        local.insert(a, l);
+    }
+    std::fs::write(dir.join("server.toml"), server)?;
+    std::fs::write(dir.join("client.toml"), client)?;
+    let s = launch(
+        &program,
+        &[
+            "--server".into(),
+            dir.join("server.toml").display().to_string(),
+        ],
+        &dir,
+        "rathole-server-",
+        false,
+    )?;
+    wait_accepting([SocketAddr::from(([127, 0, 0, 1], control))].into_iter()).await?;
+    let c = launch(
+        &program,
+        &[
+            "--client".into(),
+            dir.join("client.toml").display().to_string(),
+        ],
+        &dir,
+        "rathole-client-",
+        false,
+    )?;
+    wait_accepting(local.values().copied()).await?;
+    // The service ports may accept before the client's control channels
+    // are up: wait for one echo round trip.
+    let started = Instant::now();
+    loop {
+        let attempt = async {
+            let mut s = TcpStream::connect(local[&d.echo]).await?;
+            s.write_all(b"x").await?;
+            let mut b = [0u8; 1];
+            s.read_exact(&mut b).await?;
+            anyhow::Ok(())
+        };
+        match tokio::time::timeout(Duration::from_secs(1), attempt).await {
+            Ok(Ok(())) => break,
+            _ if started.elapsed() > Duration::from_secs(15) => {
+                bail!("rathole did not forward within 15 s")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    Ok(Forwarder {
+        way: Way::Rathole,
+        local,
+        processes: vec![s, c],
+    })
+}
+
 /// Bytes per second moved through `addr` in `trial`: written to a sink
 /// (`upload`) or read from a source.
 async fn throughput(addr: SocketAddr, upload: bool, trial: Duration) -> Result<f64> {
@@ -564,6 +684,8 @@ async fn idle_memory(f: &Forwarder, d: &Destinations, n: usize) -> Result<Vec<(S
                 (Way::Ssh, _) => "sshd",
                 (Way::Stunnel, 0) => "client",
                 (Way::Stunnel, _) => "server",
+                (Way::Rathole, 0) => "node",
+                (Way::Rathole, _) => "dialer",
                 (Way::Direct, _) => "-",
             };
             (
@@ -572,6 +694,69 @@ async fn idle_memory(f: &Forwarder, d: &Destinations, n: usize) -> Result<Vec<(S
             )
         })
         .collect())
+}
+
+/// Server PSS per connected agent (bytes): `n` agents, each a
+/// [`TunnelClient`](apiway_tunnel::client::TunnelClient) keeping its own
+/// warm TLS + HTTP/2 connection with PING keepalive as `apiway agent` does,
+/// each proven by one dial, then held idle.
+async fn memory_per_agent(
+    apiway: &Path,
+    dir: &Path,
+    pki: &Pki,
+    d: &Destinations,
+    n: usize,
+) -> Result<f64> {
+    use apiway_core::endpoint::{Address, EndpointSet, EndpointSetSpec, Policy};
+    use apiway_tunnel::client::{ClientSettings, TunnelClient};
+
+    let (mut server, tunnel) = apiway_server(apiway, dir, pki, d).await?;
+    let pss = || -> u64 {
+        process_tree(server.pid())
+            .into_iter()
+            .filter_map(|pid| proc_memory(pid).ok())
+            .map(|m| m.pss_kb)
+            .sum()
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = pss();
+    let spec = EndpointSetSpec {
+        endpoints: vec![Address::parse(&tunnel.to_string()).map_err(anyhow::Error::msg)?],
+        policy: Policy::RoundRobin,
+        health_check: None,
+        ejection: Default::default(),
+    };
+    let settings = ClientSettings {
+        tls: apiway_core::tls::TlsClientOptions {
+            server_name: None,
+            ca_file: Some(pki.ca_pem.clone()),
+            client_cert: Some(pki.agent.clone()),
+        },
+        ..ClientSettings::default()
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        let set = EndpointSet::new("tunnel", &spec, Default::default());
+        let client = TunnelClient::new(set, settings.clone(), Default::default());
+        client.keep_warm(stop.child_token());
+        let mut s = client
+            .dial(&d.echo.to_string())
+            .await
+            .with_context(|| format!("agent {i}: dial"))?;
+        s.write_all(b"x").await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        drop(s);
+        agents.push(client);
+    }
+    // Several keepalive rounds, so every connection has settled.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let after = pss();
+    stop.cancel();
+    drop(agents);
+    server.kill_group();
+    Ok((after.saturating_sub(before) * 1024) as f64 / n as f64)
 }
 
 /// From SIGKILL of the server in use to the first round trip through the
@@ -663,6 +848,10 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         Ok(f) => forwarders.push(f),
         Err(e) => notes.push(format!("stunnel4 could not run: {e:#}")),
     }
+    match rathole(dir.path(), &pki, &d).await {
+        Ok(f) => forwarders.push(f),
+        Err(e) => notes.push(format!("rathole could not run: {e:#}")),
+    }
 
     type Table = BTreeMap<&'static str, BTreeMap<Way, f64>>;
     let mut table: Table = BTreeMap::new();
@@ -675,12 +864,16 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
     for round in 0..rounds {
         for f in super::rotated(&forwarders.iter().collect::<Vec<_>>(), round) {
             eprintln!("   throughput {} (round {})", f.way.label(), round + 1);
-            up.entry(f.way)
-                .or_default()
-                .push(throughput(f.to(d.sink), true, trial).await? * 8.0 / 1e9);
-            down.entry(f.way)
-                .or_default()
-                .push(throughput(f.to(d.source), false, trial).await? * 8.0 / 1e9);
+            for (upload, to, into) in [(true, d.sink, &mut up), (false, d.source, &mut down)] {
+                match throughput(f.to(to), upload, trial).await {
+                    Ok(b) => into.entry(f.way).or_default().push(b * 8.0 / 1e9),
+                    Err(e) => notes.push(format!(
+                        "throughput ({}), {}: {e:#}",
+                        if upload { "up" } else { "down" },
+                        f.way.label()
+                    )),
+                }
+            }
         }
     }
     for (way, v) in &up {
@@ -713,10 +906,14 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
     }
     for f in &forwarders {
         eprintln!("   conn_rate {}", f.way.label());
-        let (rate, p50, p99) = conn_rate(f.to(d.echo), trial).await?;
-        put("5. new connections per second, 64 concurrent", f.way, rate);
-        put("6. time to first byte p50 (µs)", f.way, p50);
-        put("7. time to first byte p99 (µs)", f.way, p99);
+        match conn_rate(f.to(d.echo), trial).await {
+            Ok((rate, p50, p99)) => {
+                put("5. new connections per second, 64 concurrent", f.way, rate);
+                put("6. time to first byte p50 (µs)", f.way, p50);
+                put("7. time to first byte p99 (µs)", f.way, p99);
+            }
+            Err(e) => notes.push(format!("conn_rate, {}: {e:#}", f.way.label())),
+        }
     }
     let mut memory_lines = Vec::new();
     for f in &forwarders {
@@ -743,6 +940,8 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    eprintln!("   memory per connected agent (1,000 agents)");
+    let per_agent = memory_per_agent(&apiway, dir.path(), &pki, &d, 1000).await;
     eprintln!("   failover");
     let failover = failover_ms(&apiway, dir.path(), &pki, &d, 5).await;
 
@@ -750,8 +949,10 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
     for w in Way::ALL {
         out.push_str(&format!(" {} |", w.label()));
     }
-    out.push_str(" apiway / ssh -L | apiway / stunnel4 | apiway / direct |\n|---|");
-    for _ in 0..Way::ALL.len() + 3 {
+    out.push_str(
+        " apiway / ssh -L | apiway / stunnel4 | apiway / rathole | apiway / direct |\n|---|",
+    );
+    for _ in 0..Way::ALL.len() + 4 {
         out.push_str("---:|");
     }
     out.push('\n');
@@ -770,13 +971,15 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         };
         let a = values.get(&Way::Apiway).copied();
         out.push_str(&format!(
-            "| {metric} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {metric} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             fmt(Way::Apiway),
             fmt(Way::Direct),
             fmt(Way::Ssh),
             fmt(Way::Stunnel),
+            fmt(Way::Rathole),
             ratio(a, values.get(&Way::Ssh).copied()),
             ratio(a, values.get(&Way::Stunnel).copied()),
+            ratio(a, values.get(&Way::Rathole).copied()),
             ratio(a, values.get(&Way::Direct).copied()),
         ));
     }
@@ -786,6 +989,13 @@ pub async fn run(settings: &Settings) -> Result<ScenarioReport> {
         "Memory per idle connection ({idle_n} connections, each after one round trip; PSS growth divided by the count):\n\n| forwarder | per side |\n|---|---|\n{}",
         memory_lines.join("\n")
     ));
+    match per_agent {
+        Ok(b) => report.notes.push(format!(
+            "Tunnel server memory per connected agent (1,000 agents, each with its own TLS + HTTP/2 connection and PING keepalive, each after one dial; PSS growth divided by the count): {:.1} KiB.",
+            b / 1024.0
+        )),
+        Err(e) => report.notes.push(format!("memory per agent: {e:#}")),
+    }
     match failover {
         Ok(times) => report.notes.push(format!(
             "Agent moving to the other tunnel server after SIGKILL of the one it used (time to the first round trip through the other), 5 trials: median {:.1} ms, all: {}.",
