@@ -119,7 +119,17 @@ async fn through_tunnel(
     };
     let set = shared.set();
     let no_origin = || Err("not needed".to_owned());
-    let mut stream = match Box::pin(connector.connect(&set, no_origin, &[])).await {
+    let dial = Box::pin(connector.connect(&set, no_origin, &[]));
+    let dialled = tokio::select! {
+        r = dial => r,
+        () = reset_by(&client) => {
+            // Dropping the dial resets its stream: the server cancels its
+            // dial of the destination instead of finishing it for nobody.
+            tracing::debug!(%peer, listener = %handles.name, %destination, "the client reset its connection during the dial; dial cancelled");
+            return;
+        }
+    };
+    let mut stream = match dialled {
         Ok(s) => s,
         Err(e) => {
             match e {
@@ -137,6 +147,16 @@ async fn through_tunnel(
         apiway_tunnel::stream::splice(client, &mut stream, &relay, metrics.observer()).await;
     metrics.open.dec();
     tracing::debug!(%peer, listener = %handles.name, connect_id = stream.connect_id(), ?outcome, "connection closed");
+}
+
+/// Resolves when the client resets its connection; pending otherwise.
+/// Reads nothing: what the client sent waits for the relay. A FIN does not
+/// count, since it may be a half-close that waits for the answer.
+async fn reset_by(client: &TcpStream) {
+    let mut byte = [0u8; 1];
+    if client.peek(&mut byte).await.is_ok() {
+        std::future::pending::<()>().await;
+    }
 }
 
 struct OpenGuard<'a>(&'a ListenerHandles);

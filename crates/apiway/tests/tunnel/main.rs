@@ -14,6 +14,7 @@ mod agent_support;
 mod tunnel_support;
 
 mod deploy;
+mod dns;
 mod faults;
 mod interop;
 mod kep;

@@ -273,3 +273,125 @@ async fn service_account_tokens_are_checked_by_token_review() -> Result<()> {
     ensure!(ping(good.listener(">")).await? == b"ping");
     Ok(())
 }
+
+/// SHA-256 fingerprint of a PEM certificate file, or of the certificate
+/// the TLS server at `addr` presents when `addr` is given.
+fn fingerprint(file: Option<&std::path::Path>, addr: Option<SocketAddr>) -> Result<String> {
+    let script = match (file, addr) {
+        (Some(f), _) => format!(
+            "openssl x509 -noout -fingerprint -sha256 -in {}",
+            f.display()
+        ),
+        (None, Some(a)) => format!(
+            "openssl s_client -connect {a} -servername localhost </dev/null 2>/dev/null \
+             | openssl x509 -noout -fingerprint -sha256"
+        ),
+        (None, None) => anyhow::bail!("nothing to fingerprint"),
+    };
+    let out = std::process::Command::new("bash")
+        .args(["-c", &script])
+        .output()?;
+    let text = String::from_utf8(out.stdout)?;
+    ensure!(
+        out.status.success() && text.contains('='),
+        "openssl: {script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(text.trim().to_owned())
+}
+
+/// Replaces `path` by writing a sibling and renaming it over, as a
+/// Secret volume or cert-manager's writer does.
+fn replace(path: &std::path::Path, contents: &str) -> Result<()> {
+    let tmp = path.with_extension("new");
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_and_the_client_ca_are_reread_when_their_files_change() -> Result<()> {
+    let echo = Destination::start(Behaviour::Echo).await?;
+    let pki = TunnelPki::new()?;
+    // The server's own copies of its files, which the test rotates.
+    let (cert, key, client_ca) = (
+        pki.path("rotating-server.pem"),
+        pki.path("rotating-server-key.pem"),
+        pki.path("rotating-client-ca.pem"),
+    );
+    std::fs::copy(&pki.server_cert, &cert)?;
+    std::fs::copy(&pki.server_key, &key)?;
+    std::fs::copy(&pki.ca_pem, &client_ca)?;
+    let args: Vec<String> = [
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        &cert.display().to_string(),
+        "--key",
+        &key.display().to_string(),
+        "--client-ca",
+        &client_ca.display().to_string(),
+        "--allowed-destination",
+        &echo.addr.to_string(),
+        "--drain-delay",
+        "0s",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let server = crate::tunnel_support::Role::start("tunnel-server", &args).await?;
+    let tunnel = server.listener("tunnel");
+    let targets = [echo.addr.to_string()];
+    let a = tunnel_agent(&pki, "node-a", &[tunnel], &targets, &[]).await?;
+    ensure!(ping(a.listener(">")).await? == b"ping");
+    ensure!(fingerprint(None, Some(tunnel))? == fingerprint(Some(&pki.server_cert), None)?);
+
+    // Rotate: a new server certificate (same CA, so agents still trust
+    // it) and a new client CA that signs a new generation of agents.
+    let rotated = pki.ca.issue_server(
+        &["localhost", "rotated.internal"],
+        &[crate::support::LOCALHOST],
+    )?;
+    let next_ca = Ca::new("next agents CA")?;
+    replace(&key, &rotated.key_pem)?;
+    replace(&cert, &rotated.cert_pem)?;
+    replace(&client_ca, next_ca.cert_pem())?;
+    let (rotated_file, _) = rotated.write(&pki.path(""), "rotated-copy")?;
+    let want = fingerprint(Some(&rotated_file), None)?;
+    let started = std::time::Instant::now();
+    while fingerprint(None, Some(tunnel))? != want {
+        ensure!(
+            started.elapsed() < Duration::from_secs(10),
+            "the server still presents its old certificate 10 s after the rotation"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The tunnel that was up keeps working: rotation does not cut it.
+    ensure!(ping(a.listener(">")).await? == b"ping");
+    // An agent of the new CA gets in; a new one of the old CA does not.
+    let dir = tempfile::tempdir()?;
+    let next = next_ca
+        .issue_client("node-c", &[])?
+        .write(dir.path(), "c")?;
+    let c = crate::tunnel_support::tunnel_agent_with(&pki, next, &[tunnel], &targets, &[]).await?;
+    ensure!(
+        ping(c.listener(">")).await? == b"ping",
+        "an agent of the new client CA was refused"
+    );
+    let fast = ["--dial-timeout".to_owned(), "1s".to_owned()];
+    let b = tunnel_agent(&pki, "node-b", &[tunnel], &targets, &fast).await?;
+    ensure!(
+        ping(b.listener(">")).await?.is_empty(),
+        "a new agent of the old client CA got in after the rotation"
+    );
+    server
+        .wait_metric(
+            "apiway_tunnel_auth_failures_total",
+            &[("reason", "untrusted_certificate")],
+            Duration::from_secs(5),
+            |v| v >= 1.0,
+        )
+        .await?;
+    Ok(())
+}
