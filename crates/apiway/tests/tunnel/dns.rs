@@ -11,7 +11,7 @@ use anyhow::{ensure, Context, Result};
 
 use crate::agent_support::{answered_by, standin_process_at, Netns};
 use crate::support::Pki;
-use crate::tunnel_support::{Role, TunnelPki};
+use crate::tunnel_support::{strings, Role, TunnelPki};
 
 /// `/etc/netns/NAME/`, removed on drop.
 struct NetnsEtc(PathBuf);
@@ -48,7 +48,7 @@ async fn a_destination_named_by_dns_is_every_address_it_resolves_to() -> Result<
             .push(standin_process_at(&api_pki, name, SocketAddr::new(ip, 6443), Some(&ns)).await?);
     }
 
-    let server_args: Vec<String> = [
+    let server_args = strings(&[
         "--listen",
         "127.0.0.1:0",
         "--cert",
@@ -61,13 +61,10 @@ async fn a_destination_named_by_dns_is_every_address_it_resolves_to() -> Result<
         "api.internal:6443",
         "--drain-delay",
         "0s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     let server = Role::start_in(Some(ns.name()), "tunnel-server", &server_args).await?;
     let (cert, key) = pki.agent("node-1")?;
-    let agent_args: Vec<String> = [
+    let agent_args = strings(&[
         "--upstream",
         "tunnel",
         "--tunnel-ca",
@@ -82,10 +79,7 @@ async fn a_destination_named_by_dns_is_every_address_it_resolves_to() -> Result<
         "0:api.internal:6443",
         "--drain-delay",
         "0s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     let agent = Role::start_in(Some(ns.name()), "agent", &agent_args).await?;
     let local = agent.listener(">");
 

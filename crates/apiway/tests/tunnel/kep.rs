@@ -17,7 +17,7 @@ use crate::agent_support::{curl_api, Netns, API_NAMES};
 use crate::support::process::APIWAY;
 use crate::support::tools::run;
 use crate::support::Pki;
-use crate::tunnel_support::{Role, TunnelPki};
+use crate::tunnel_support::{strings, Role, TunnelPki};
 
 const MASTER: &str = "10.89.0.2";
 const NODE: &str = "10.89.0.1";
@@ -53,7 +53,7 @@ async fn isolated_node_reaches_the_api_server_only_through_the_tunnel() -> Resul
     .await?;
     let server_cert = pki.ca.issue_server(&["tunnel.internal"], &[master_ip])?;
     let (scert, skey) = server_cert.write(&pki.path(""), "master-tunnel")?;
-    let args: Vec<String> = [
+    let args = strings(&[
         "--listen",
         &format!("{MASTER}:0"),
         "--cert",
@@ -64,10 +64,7 @@ async fn isolated_node_reaches_the_api_server_only_through_the_tunnel() -> Resul
         &pki.ca_pem.display().to_string(),
         "--allowed-destination",
         &api.addr().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     let server = Role::start_in(Some(master.name()), "tunnel-server", &args).await?;
     let tunnel = server.listener("tunnel");
 
@@ -113,7 +110,7 @@ async fn isolated_node_reaches_the_api_server_only_through_the_tunnel() -> Resul
 
     // The agent owns 10.0.0.1 on the node's lo and forwards 6443 there.
     let (acert, akey) = pki.agent("node-1")?;
-    let args: Vec<String> = [
+    let args = strings(&[
         "--bind-address",
         AGENT_IP,
         "--interface",
@@ -130,10 +127,7 @@ async fn isolated_node_reaches_the_api_server_only_through_the_tunnel() -> Resul
         &acert.display().to_string(),
         "--tunnel-key",
         &akey.display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     let agent = Role::start_in(Some(node.name()), "agent", &args).await?;
     let local: SocketAddr = format!("{AGENT_IP}:6443").parse()?;
     ensure!(agent.listener(">") == local);

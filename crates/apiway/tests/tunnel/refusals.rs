@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::tunnel_support::{
-    tunnel_agent, tunnel_agent_with, tunnel_server, Behaviour, Destination, TunnelPki,
+    strings, tunnel_agent, tunnel_agent_with, tunnel_server, Behaviour, Destination, TunnelPki,
 };
 
 /// Sends a ping through `local` and returns what came back before the
@@ -192,7 +192,7 @@ async fn service_account_tokens_are_checked_by_token_review() -> Result<()> {
     )
     .await?;
     // Tokens only: no --client-ca.
-    let mut args: Vec<String> = [
+    let mut args = strings(&[
         "--listen",
         "127.0.0.1:0",
         "--cert",
@@ -208,10 +208,7 @@ async fn service_account_tokens_are_checked_by_token_review() -> Result<()> {
         &api.kubeconfig().display().to_string(),
         "--allowed-destination",
         &echo.addr.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     args.extend(["--drain-delay".to_owned(), "0s".to_owned()]);
     let server = crate::tunnel_support::Role::start("tunnel-server", &args).await?;
     let tunnel = server.listener("tunnel");
@@ -322,7 +319,7 @@ async fn certificates_and_the_client_ca_are_reread_when_their_files_change() -> 
     std::fs::copy(&pki.server_cert, &cert)?;
     std::fs::copy(&pki.server_key, &key)?;
     std::fs::copy(&pki.ca_pem, &client_ca)?;
-    let args: Vec<String> = [
+    let args = strings(&[
         "--listen",
         "127.0.0.1:0",
         "--cert",
@@ -335,10 +332,7 @@ async fn certificates_and_the_client_ca_are_reread_when_their_files_change() -> 
         &echo.addr.to_string(),
         "--drain-delay",
         "0s",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ]);
     let server = crate::tunnel_support::Role::start("tunnel-server", &args).await?;
     let tunnel = server.listener("tunnel");
     let targets = [echo.addr.to_string()];

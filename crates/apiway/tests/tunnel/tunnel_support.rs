@@ -149,6 +149,11 @@ impl Role {
     }
 }
 
+/// Owned command-line arguments.
+pub fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
 /// `apiway tunnel-server` with the PKI's certificate and client CA, on a
 /// free port, plus `extra`.
 pub async fn tunnel_server(pki: &TunnelPki, extra: &[String]) -> Result<Role> {
