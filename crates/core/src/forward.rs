@@ -97,6 +97,16 @@ impl apiway_relay::Observer for Lease {
     fn on_bytes(&self, dir: apiway_relay::Direction, n: u64) {
         self.endpoint().metrics().on_bytes(dir, n)
     }
+
+    fn on_end(&self, end: apiway_relay::RelayEnd) {
+        let m = self.endpoint().metrics();
+        let counter = match end {
+            apiway_relay::RelayEnd::ClientError(_) => &m.resets_from_client,
+            apiway_relay::RelayEnd::BackendError(_) => &m.resets_from_backend,
+            apiway_relay::RelayEnd::Closed | apiway_relay::RelayEnd::IdleTimeout => return,
+        };
+        counter.inc();
+    }
 }
 
 #[cfg(test)]

@@ -72,6 +72,18 @@ pub struct BytesLabels {
     pub direction: &'static str,
 }
 
+/// Labels of a reset counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResetLabels {
+    /// The route or upstream.
+    pub route: String,
+    /// The backend as configured.
+    pub backend: String,
+    /// The side whose error (a reset) ended the connection: `client` or
+    /// `backend`. The other side was reset in turn.
+    pub from: &'static str,
+}
+
 /// Metric families describing backends.
 #[derive(Clone, Default)]
 pub struct BackendMetrics {
@@ -89,6 +101,9 @@ pub struct BackendMetrics {
     pub health_checks: Family<HealthCheckLabels, Counter>,
     /// Measured latency (EWMA of health probe times), in seconds.
     pub latency_seconds: Family<BackendLabels, Gauge<f64, AtomicU64>>,
+    /// Relayed connections ended by a reset (or another error) on one side,
+    /// passed on to the other as a reset.
+    pub resets: Family<ResetLabels, Counter>,
 }
 
 /// Labels of a health check result.
@@ -140,6 +155,11 @@ impl BackendMetrics {
             "Measured latency of the backend: moving average of health probe times (connect, TLS, request)",
             self.latency_seconds.clone(),
         );
+        registry.register(
+            "backend_resets",
+            "Relayed connections ended by a reset (or another error) on one side, passed on to the other side as a reset",
+            self.resets.clone(),
+        );
     }
 
     /// The handles of one backend, looked up once.
@@ -158,6 +178,11 @@ impl BackendMetrics {
             backend: backend.to_owned(),
             result,
         };
+        let reset = |from| ResetLabels {
+            route: route.to_owned(),
+            backend: backend.to_owned(),
+            from,
+        };
         BackendHandles {
             active: self.active.get_or_create_owned(&labels),
             connections: self.connections.get_or_create_owned(&labels),
@@ -168,6 +193,8 @@ impl BackendMetrics {
             checks_ok: self.health_checks.get_or_create_owned(&check("ok")),
             checks_failed: self.health_checks.get_or_create_owned(&check("failed")),
             latency_seconds: self.latency_seconds.get_or_create_owned(&labels),
+            resets_from_client: self.resets.get_or_create_owned(&reset("client")),
+            resets_from_backend: self.resets.get_or_create_owned(&reset("backend")),
         }
     }
 
@@ -196,6 +223,13 @@ impl BackendMetrics {
                 result,
             });
         }
+        for from in ["client", "backend"] {
+            self.resets.remove(&ResetLabels {
+                route: route.to_owned(),
+                backend: backend.to_owned(),
+                from,
+            });
+        }
     }
 }
 
@@ -220,6 +254,10 @@ pub struct BackendHandles {
     pub checks_failed: Counter,
     /// See [`BackendMetrics::latency_seconds`].
     pub latency_seconds: Gauge<f64, AtomicU64>,
+    /// Connections the client's reset ended (the backend was reset).
+    pub resets_from_client: Counter,
+    /// Connections the backend's reset ended (the client was reset).
+    pub resets_from_backend: Counter,
 }
 
 impl apiway_relay::Observer for BackendHandles {

@@ -83,6 +83,11 @@ impl<A, B, T, O> Duplex<A, B, T, O> {
         }
     }
 
+    /// The client, the backend and the observer.
+    pub(crate) fn parts(&self) -> (&A, &B, &O) {
+        (&self.client, &self.backend, &self.observer)
+    }
+
     fn outcome(&self, end: RelayEnd) -> RelayOutcome {
         RelayOutcome {
             client_to_backend: self.to_backend.moved,

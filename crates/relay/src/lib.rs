@@ -5,7 +5,9 @@
 //!
 //! - **Half-close**: when one side ends its writes, the other side's write
 //!   half is shut down and the opposite direction keeps flowing until it ends
-//!   too. An error on either side (a reset) ends the relay and closes both.
+//!   too. An error on either side (a reset) ends the relay; [`relay`] then
+//!   resets the other TCP socket too (SO_LINGER 0), so a client never takes
+//!   a backend's reset for a complete answer, nor a backend a client's.
 //! - **Nothing held while idle**: a direction waits for readiness first and
 //!   only then borrows a buffer (or, for TCP, a splice pipe) from a bounded
 //!   process-wide [`pool`], returning it as soon as the data is drained. An
@@ -45,6 +47,9 @@ pub enum Direction {
 pub trait Observer: Send + Sync {
     /// Called for every chunk written to the destination, `n > 0` bytes.
     fn on_bytes(&self, dir: Direction, n: u64);
+
+    /// Called once when a [`relay`] between two TCP sockets ends.
+    fn on_end(&self, _end: RelayEnd) {}
 }
 
 /// Observes nothing.
@@ -55,6 +60,10 @@ impl Observer for () {
 impl<T: Observer + ?Sized> Observer for &T {
     fn on_bytes(&self, dir: Direction, n: u64) {
         (**self).on_bytes(dir, n)
+    }
+
+    fn on_end(&self, end: RelayEnd) {
+        (**self).on_end(end)
     }
 }
 
@@ -195,7 +204,23 @@ impl<O: Observer + Unpin> Future for TcpRelay<O> {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<RelayOutcome> {
-        std::pin::Pin::new(&mut self.get_mut().0).poll(cx)
+        let this = self.get_mut();
+        let outcome = std::task::ready!(std::pin::Pin::new(&mut this.0).poll(cx));
+        let (client, backend, observer) = this.0.parts();
+        // The error of one side becomes a reset of the other when the
+        // sockets are dropped.
+        let other = match outcome.end {
+            RelayEnd::ClientError(_) => Some(backend),
+            RelayEnd::BackendError(_) => Some(client),
+            RelayEnd::Closed | RelayEnd::IdleTimeout => None,
+        };
+        if let Some(socket) = other {
+            if let Err(e) = socket2::SockRef::from(socket).set_linger(Some(Duration::ZERO)) {
+                tracing::debug!(error = %e, "could not set SO_LINGER 0 to pass a reset on");
+            }
+        }
+        observer.on_end(outcome.end);
+        std::task::Poll::Ready(outcome)
     }
 }
 

@@ -178,12 +178,14 @@ fn reset(s: TcpStream) {
     drop(s);
 }
 
-/// Reads until the stream ends one way or another.
-async fn read_until_closed(s: &mut TcpStream) {
+/// Reads until the stream ends one way or another: `None` for a clean
+/// end, the error's kind for a reset.
+async fn read_until_closed(s: &mut TcpStream) -> Option<std::io::ErrorKind> {
     let mut buf = [0u8; 4096];
     loop {
         match s.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
+            Ok(0) => return None,
+            Err(e) => return Some(e.kind()),
             Ok(_) => {}
         }
     }
@@ -198,9 +200,13 @@ async fn client_reset_closes_the_backend() {
         p.server.read_exact(&mut got).await.unwrap();
         reset(p.client);
 
-        timeout(LIMIT, read_until_closed(&mut p.server))
+        let end = timeout(LIMIT, read_until_closed(&mut p.server))
             .await
             .unwrap();
+        // Between TCP sockets the reset is passed on.
+        if matches!(via, Via::Tcp) {
+            assert_eq!(end, Some(std::io::ErrorKind::ConnectionReset), "{mode:?}");
+        }
         let outcome = timeout(LIMIT, p.relay).await.unwrap().unwrap();
         assert!(
             matches!(outcome.end, RelayEnd::ClientError(_)),
@@ -219,9 +225,12 @@ async fn backend_reset_closes_the_client() {
         p.client.read_exact(&mut got).await.unwrap();
         reset(p.server);
 
-        timeout(LIMIT, read_until_closed(&mut p.client))
+        let end = timeout(LIMIT, read_until_closed(&mut p.client))
             .await
             .unwrap();
+        if matches!(via, Via::Tcp) {
+            assert_eq!(end, Some(std::io::ErrorKind::ConnectionReset), "{mode:?}");
+        }
         let outcome = timeout(LIMIT, p.relay).await.unwrap().unwrap();
         assert!(
             matches!(outcome.end, RelayEnd::BackendError(_)),

@@ -23,4 +23,5 @@ mod prefer_local;
 mod process_limits;
 mod proxy;
 mod reload;
+mod resets;
 mod round_robin_dns;
