@@ -774,8 +774,16 @@ fn health_check(
             }
         }
     }
-    spec.validate_with(&CheckDefaults::AGENT)
-        .map_err(|e| format!("--health-check: {e}"))
+    // Probes of gateways in `proxy` mode carry the PROXY v2 header the
+    // agent's connections carry, unless the check says otherwise.
+    let sent = (mode == UpstreamMode::Proxy).then_some(apiway_wire::proxy::Version::V2);
+    Ok(spec
+        .validate_with(&CheckDefaults::AGENT)
+        .map_err(|e| format!("--health-check: {e}"))?
+        .map(|mut h| {
+            h.send_proxy = h.send_proxy.for_route(sent);
+            h
+        }))
 }
 
 #[cfg(test)]
@@ -806,7 +814,7 @@ mod tests {
         let hc = s.upstream.set.health_check.unwrap();
         assert_eq!(hc.interval, Duration::from_secs(1));
         match hc.probe {
-            apiway_core::health::Probe::Https { path, tls } => {
+            apiway_core::health::Probe::Https { path, tls, .. } => {
                 assert_eq!(path, "/readyz");
                 assert_eq!(tls.server_name.as_deref(), Some("kubernetes.default"));
             }

@@ -4,6 +4,7 @@
 //! the path the roles use.
 
 pub use crate::endpoint::check::{
-    CheckDefaults, CheckKind, HealthCheck, HealthCheckConfig, Probe, DNS_REFRESH, DNS_TIMEOUT,
+    read_token, CheckDefaults, CheckKind, CheckProxy, HealthCheck, HealthCheckConfig, Probe,
+    SendProxy, DNS_REFRESH, DNS_TIMEOUT,
 };
 pub use crate::endpoint::checker::{needs_checker, spawn_checker, spawn_resolver};

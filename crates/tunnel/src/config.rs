@@ -31,7 +31,7 @@ pub enum DestinationEntry {
         /// Active check of the addresses (the gateway's schema) [default:
         /// none: passive ejection on failed dials].
         #[serde(default)]
-        health_check: Option<HealthCheckConfig>,
+        health_check: Option<Box<HealthCheckConfig>>,
     },
 }
 

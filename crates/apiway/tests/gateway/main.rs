@@ -15,6 +15,7 @@ mod failover;
 mod fragmentation;
 mod gateway_api;
 mod haproxy;
+mod health_checks;
 mod limits;
 mod node_drain;
 mod passthrough;

@@ -21,6 +21,63 @@ pub enum CheckKind {
     None,
 }
 
+/// Whether a check sends a PROXY header before its probe, as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SendProxy {
+    /// A v1 `PROXY UNKNOWN` line.
+    V1,
+    /// A v2 `LOCAL` header (the form meant for health checks).
+    V2,
+    /// Never, even when the route sends one.
+    None,
+}
+
+/// The PROXY header of a validated check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckProxy {
+    /// Whatever the route or upstream sends its connections (none when it
+    /// sends none): the default, like HAProxy's `check-send-proxy`, so a
+    /// backend behind `accept-proxy` can be checked at all.
+    Route,
+    /// No header.
+    Never,
+    /// This version (v1 `UNKNOWN`, v2 `LOCAL`).
+    Send(apiway_wire::proxy::Version),
+}
+
+impl CheckProxy {
+    /// Resolves [`CheckProxy::Route`] with the header the route sends.
+    pub fn for_route(self, route: Option<apiway_wire::proxy::Version>) -> CheckProxy {
+        match (self, route) {
+            (CheckProxy::Route, Some(v)) => CheckProxy::Send(v),
+            (CheckProxy::Route, None) => CheckProxy::Never,
+            (other, _) => other,
+        }
+    }
+
+    /// The bytes to send first: empty for none.
+    pub fn preface(self) -> Vec<u8> {
+        use apiway_wire::proxy::{Command, ProxyHeader, Version};
+        let CheckProxy::Send(version) = self else {
+            return Vec::new();
+        };
+        let rendered = match version {
+            // v1 has no LOCAL: `PROXY UNKNOWN` says the same (use the
+            // connection's own addresses).
+            Version::V1 => ProxyHeader {
+                version: Version::V1,
+                command: Command::Proxy,
+                addresses: None,
+                tlvs: Default::default(),
+            }
+            .render_v1(),
+            Version::V2 => ProxyHeader::local().render_v2(&Default::default()),
+        };
+        rendered.unwrap_or_default()
+    }
+}
+
 /// The defaults a role gives the fields a health check leaves out. The
 /// schema is one for every role; the defaults differ on purpose: an agent
 /// on a node fails over between a few API servers and wants to leave a hung
@@ -88,6 +145,21 @@ pub struct HealthCheckConfig {
     /// the check then proves only that TLS and HTTP work).
     #[serde(default)]
     pub insecure_skip_verify: bool,
+    /// `v1`, `v2` or `none`: the PROXY header sent before the probe
+    /// [default: the one the route sends its connections].
+    #[serde(default)]
+    pub send_proxy: Option<SendProxy>,
+    /// PEM client certificate for `https` checks of a server that requires
+    /// one (with `client_key`).
+    #[serde(default)]
+    pub client_cert: Option<PathBuf>,
+    /// PEM private key of `client_cert`.
+    #[serde(default)]
+    pub client_key: Option<PathBuf>,
+    /// File holding a bearer token sent with `https` checks (re-read for
+    /// every check, so a rotated token is used at once).
+    #[serde(default)]
+    pub bearer_token_file: Option<PathBuf>,
 }
 
 /// A validated health check.
@@ -103,6 +175,8 @@ pub struct HealthCheck {
     pub rise: u32,
     /// Consecutive failures that take an up endpoint down.
     pub fall: u32,
+    /// The PROXY header sent first.
+    pub send_proxy: CheckProxy,
 }
 
 /// The probe of a health check.
@@ -114,8 +188,10 @@ pub enum Probe {
     Https {
         /// Request path.
         path: String,
-        /// TLS settings.
+        /// TLS settings (with the client certificate, if any).
         tls: TlsClientOptions,
+        /// A file holding a bearer token to send, read for every check.
+        bearer_token_file: Option<PathBuf>,
     },
 }
 
@@ -132,6 +208,10 @@ impl HealthCheckConfig {
             server_name: None,
             ca_file: None,
             insecure_skip_verify: false,
+            send_proxy: None,
+            client_cert: None,
+            client_key: None,
+            bearer_token_file: None,
         }
     }
 
@@ -153,7 +233,11 @@ impl HealthCheckConfig {
                 || self.fall.is_some()
                 || self.server_name.is_some()
                 || self.ca_file.is_some()
-                || self.insecure_skip_verify;
+                || self.insecure_skip_verify
+                || self.send_proxy.is_some()
+                || self.client_cert.is_some()
+                || self.client_key.is_some()
+                || self.bearer_token_file.is_some();
             if set {
                 return Err("health_check: kind: none takes no other field".into());
             }
@@ -179,9 +263,15 @@ impl HealthCheckConfig {
         let probe = match self.kind {
             CheckKind::None => return Ok(None),
             CheckKind::Tcp => {
-                if self.path.is_some() || self.ca_file.is_some() || self.server_name.is_some() {
+                if self.path.is_some()
+                    || self.ca_file.is_some()
+                    || self.server_name.is_some()
+                    || self.client_cert.is_some()
+                    || self.client_key.is_some()
+                    || self.bearer_token_file.is_some()
+                {
                     return Err(
-                        "health_check: path, ca_file and server_name only apply to kind: https"
+                        "health_check: path, ca_file, server_name, client_cert, client_key and bearer_token_file only apply to kind: https"
                             .into(),
                     );
                 }
@@ -199,15 +289,36 @@ impl HealthCheckConfig {
                         "health_check: set either ca_file or insecure_skip_verify, not both".into(),
                     );
                 }
+                let client_cert = match (&self.client_cert, &self.client_key) {
+                    (Some(c), Some(k)) => {
+                        crate::tls::load_certs(c)
+                            .map_err(|e| format!("health_check.client_cert: {e}"))?;
+                        crate::tls::load_key(k)
+                            .map_err(|e| format!("health_check.client_key: {e}"))?;
+                        Some((c.clone(), k.clone()))
+                    }
+                    (None, None) => None,
+                    _ => return Err("health_check: client_cert and client_key go together".into()),
+                };
+                if let Some(t) = &self.bearer_token_file {
+                    read_token(t).map_err(|e| format!("health_check.bearer_token_file: {e}"))?;
+                }
                 Probe::Https {
                     path,
                     tls: TlsClientOptions {
                         server_name: self.server_name.clone(),
                         ca_file: self.ca_file.clone(),
-                        client_cert: None,
+                        client_cert,
                     },
+                    bearer_token_file: self.bearer_token_file.clone(),
                 }
             }
+        };
+        let send_proxy = match self.send_proxy {
+            None => CheckProxy::Route,
+            Some(SendProxy::None) => CheckProxy::Never,
+            Some(SendProxy::V1) => CheckProxy::Send(apiway_wire::proxy::Version::V1),
+            Some(SendProxy::V2) => CheckProxy::Send(apiway_wire::proxy::Version::V2),
         };
         Ok(Some(HealthCheck {
             probe,
@@ -215,8 +326,20 @@ impl HealthCheckConfig {
             timeout,
             rise,
             fall,
+            send_proxy,
         }))
     }
+}
+
+/// The token in `path`: its content without surrounding whitespace, which
+/// must not be empty.
+pub fn read_token(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{}: empty", path.display()));
+    }
+    Ok(token.to_owned())
 }
 
 /// How often DNS names are re-resolved when no health check is configured.
@@ -235,6 +358,7 @@ impl HealthCheck {
             timeout: Duration::from_secs(2),
             rise,
             fall,
+            send_proxy: CheckProxy::Route,
         }
     }
 }
@@ -264,6 +388,9 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("only apply to kind: https"));
+        let mut c = cfg(CheckKind::Https);
+        c.client_cert = Some("/nonexistent.pem".into());
+        assert!(c.validate().unwrap_err().contains("go together"));
         let mut c = cfg(CheckKind::Https);
         c.path = Some("readyz".into());
         assert!(c.validate().unwrap_err().contains("must start with /"));

@@ -7,6 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http_body_util::Empty;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -187,17 +188,34 @@ async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> Result<(), String> {
     let Some(addr) = addrs.first().copied() else {
         return Err("no resolved address".into());
     };
+    let preface = check.send_proxy.preface();
     match &check.probe {
-        Probe::Tcp => TcpStream::connect(addr)
-            .await
-            .map(drop)
-            .map_err(|e| format!("connect {addr}: {e}")),
-        Probe::Https { path, tls } => {
+        Probe::Tcp => {
+            let mut tcp = TcpStream::connect(addr)
+                .await
+                .map_err(|e| format!("connect {addr}: {e}"))?;
+            if !preface.is_empty() {
+                tcp.write_all(&preface)
+                    .await
+                    .map_err(|e| format!("PROXY header to {addr}: {e}"))?;
+            }
+            Ok(())
+        }
+        Probe::Https {
+            path,
+            tls,
+            bearer_token_file,
+        } => {
             let host = match &endpoint.address().host {
                 Host::Name(n) => n.clone(),
                 Host::Ip(ip) => ip.to_string(),
             };
-            https_get(&host, addr, path, tls).await
+            let token = bearer_token_file
+                .as_deref()
+                .map(super::check::read_token)
+                .transpose()
+                .map_err(|e| format!("bearer_token_file {e}"))?;
+            https_get_with(&host, addr, path, tls, &preface, token.as_deref()).await
         }
     }
 }
@@ -212,36 +230,89 @@ pub async fn https_get(
     path: &str,
     tls: &TlsClientOptions,
 ) -> Result<(), String> {
+    https_get_with(host, addr, path, tls, &[], None).await
+}
+
+/// [`https_get`] that first sends `preface` (a PROXY header) on the TCP
+/// connection and sends `bearer` as an `Authorization: Bearer` token. A
+/// failure names its cause where the server told it: a TLS alert (a client
+/// certificate required or refused), 401 or 403.
+pub async fn https_get_with(
+    host: &str,
+    addr: SocketAddr,
+    path: &str,
+    tls: &TlsClientOptions,
+    preface: &[u8],
+    bearer: Option<&str>,
+) -> Result<(), String> {
     let config = cached_client_config(tls, &[b"http/1.1"]).map_err(|e| e.to_string())?;
     let name = tls.server_name.clone().unwrap_or_else(|| host.to_owned());
     let server_name = rustls_pki_types::ServerName::try_from(name.clone())
         .map_err(|e| format!("server name `{name}`: {e}"))?;
-    let tcp = TcpStream::connect(addr)
+    let mut tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
+    if !preface.is_empty() {
+        tcp.write_all(preface)
+            .await
+            .map_err(|e| format!("PROXY header to {addr}: {e}"))?;
+    }
     let stream = tokio_rustls::TlsConnector::from(config)
         .connect(server_name, tcp)
         .await
-        .map_err(|e| format!("TLS with {addr}: {e}"))?;
+        .map_err(|e| format!("TLS with {addr}: {}", explain(&e)))?;
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
-            .map_err(|e| format!("HTTP with {addr}: {e}"))?;
+            .map_err(|e| format!("HTTP with {addr}: {}", explain(&e)))?;
     let driver = tokio::spawn(conn);
-    let request = http::Request::get(path)
+    let mut request = http::Request::get(path)
         .header(http::header::HOST, name)
-        .header(http::header::USER_AGENT, "apiway-health-check")
+        .header(http::header::USER_AGENT, "apiway-health-check");
+    if let Some(token) = bearer {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
         .body(Empty::<bytes::Bytes>::new())
         .map_err(|e| e.to_string())?;
     let result = sender.send_request(request).await;
     driver.abort();
-    let response = result.map_err(|e| format!("GET {path} on {addr}: {e}"))?;
-    if response.status().is_success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "GET {path} on {addr} answered {}",
-            response.status()
-        ))
+    let response = result.map_err(|e| format!("GET {path} on {addr}: {}", explain(&e)))?;
+    let status = response.status();
+    match status.as_u16() {
+        200..=299 => Ok(()),
+        401 => Err(format!(
+            "GET {path} on {addr} answered {status}: the server wants credentials (health_check.bearer_token_file, or client_cert and client_key)"
+        )),
+        403 => Err(format!(
+            "GET {path} on {addr} answered {status}: the check's credentials may not GET {path}"
+        )),
+        _ => Err(format!("GET {path} on {addr} answered {status}")),
     }
+}
+
+/// An error with its causes (hyper's own message is often just
+/// "connection error"), and what a TLS alert from the server means.
+fn explain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = s.source();
+    }
+    let hint = if text.contains("CertificateRequired") {
+        " (the server requires a client certificate: set health_check.client_cert and client_key)"
+    } else if text.contains("BadCertificate")
+        || text.contains("UnknownCA")
+        || text.contains("CertificateUnknown")
+    {
+        " (the server refused the check's client certificate)"
+    } else {
+        ""
+    };
+    format!("{text}{hint}")
 }

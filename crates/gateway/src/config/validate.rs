@@ -14,7 +14,7 @@ use apiway_wire::connect::Authority;
 use super::spec::{GatewaySpec, ListenerDef};
 use super::{
     destination_key, BackendGroupSpec, ListenerKind, ListenerSpec, ProxyProtocolMode, RouteSpec,
-    Snapshot,
+    SendProxyProtocol, Snapshot,
 };
 use crate::cidr::TrustedSources;
 use crate::router::SniRouter;
@@ -168,7 +168,17 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
                     .map_err(|e| format!("{}.{e}", at()))
             })
             .transpose()?
-            .flatten();
+            .flatten()
+            .map(|mut h| {
+                // Checks carry the header the route's connections carry
+                // (HAProxy's `check-send-proxy`), unless they say otherwise.
+                let sent = r.send_proxy_protocol.map(|p| match p {
+                    SendProxyProtocol::V1 => apiway_wire::proxy::Version::V1,
+                    SendProxyProtocol::V2 => apiway_wire::proxy::Version::V2,
+                });
+                h.send_proxy = h.send_proxy.for_route(sent);
+                h
+            });
         if let Some(ca) = health_check.as_ref().and_then(|h| match &h.probe {
             apiway_core::health::Probe::Https { tls, .. } => tls.ca_file.clone(),
             apiway_core::health::Probe::Tcp => None,

@@ -455,9 +455,17 @@ fn route_extras(route: &TlsRoute) -> Result<RouteExtras, String> {
             let at = |e: String| format!("annotation {HEALTH_CHECK_ANNOTATION}: {e}");
             let check: apiway_core::health::HealthCheckConfig =
                 serde_json::from_str(text).map_err(|e| at(e.to_string()))?;
-            // A file on the gateway's disk is not the route author's to name.
-            if check.ca_file.is_some() {
-                return Err(at("ca_file cannot be set from Kubernetes".into()));
+            // A file on the gateway's disk is not the route author's to name
+            // (and a client key or token there is the gateway's secret).
+            for (field, set) in [
+                ("ca_file", check.ca_file.is_some()),
+                ("client_cert", check.client_cert.is_some()),
+                ("client_key", check.client_key.is_some()),
+                ("bearer_token_file", check.bearer_token_file.is_some()),
+            ] {
+                if set {
+                    return Err(at(format!("{field} cannot be set from Kubernetes")));
+                }
             }
             // Checked here, so that one route's bad check is that route's
             // problem, not a configuration the runtime refuses whole.
@@ -1373,6 +1381,15 @@ mod tests {
                     r#"{"kind": "https", "ca_file": "/etc/shadow"}"#,
                 )],
             ),
+            annotated(
+                "keyed",
+                "k.a",
+                1_600,
+                &[(
+                    HEALTH_CHECK_ANNOTATION,
+                    r#"{"kind": "https", "bearer_token_file": "/var/run/secrets/token"}"#,
+                )],
+            ),
         ];
         let t = translate(&w, &settings(), &now());
         let route = |name: &str| t.spec.routes.iter().find(|r| r.name.ends_with(name));
@@ -1402,6 +1419,10 @@ mod tests {
         assert!(checked
             .iter()
             .any(|c| c.reason == "UnsupportedValue" && c.message.contains("ca_file")));
+        assert!(route("/keyed").is_none());
+        assert!(status("keyed")
+            .iter()
+            .any(|c| c.reason == "UnsupportedValue" && c.message.contains("bearer_token_file")));
         // What reaches the runtime validates whole.
         let spec = apiway_gateway::config::GatewaySpec {
             listeners: t.spec.listeners,
