@@ -893,6 +893,6 @@ mod tests {
         assert!(err(&f).contains("--target `6443:api`"));
         assert!(parse_file("bogus: 1")
             .unwrap_err()
-            .starts_with("invalid YAML"));
+            .starts_with("invalid configuration"));
     }
 }

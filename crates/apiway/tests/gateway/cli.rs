@@ -92,9 +92,16 @@ async fn check_accepts_a_good_file_and_names_the_problem_in_a_bad_one() -> Resul
             !out.status.success(),
             "--check accepted a file with {problem}"
         );
+        // A value that does not validate is one line; a file the parser
+        // refuses gets the parser's report after it, with the lines around
+        // the place, named by the file's path.
         ensure!(
-            lines.len() == 1 && lines[0].contains(problem) && lines[0].contains("gateway.yaml"),
-            "want one line naming {problem:?} and the file, got {lines:#?}"
+            lines[0].contains(problem) && lines[0].contains("gateway.yaml"),
+            "want a first line naming {problem:?} and the file, got {lines:#?}"
+        );
+        ensure!(
+            lines.len() == 1 || lines[1..].iter().any(|l| l.contains("gateway.yaml:")),
+            "a multi-line report that does not point into the file: {lines:#?}"
         );
     }
 

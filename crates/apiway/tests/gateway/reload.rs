@@ -237,7 +237,7 @@ async fn invalid_file_keeps_the_running_config_and_logs_one_line() -> Result<()>
             "routes[2] (cluster-c).backends[0].address",
             "nohost",
         ),
-        (misspelt, "invalid YAML", "hostname"),
+        (misspelt, "invalid configuration", "hostname"),
     ];
     for (n, (text, place, word)) in problems.iter().enumerate() {
         gateway.write_config(text)?;

@@ -271,10 +271,11 @@ impl<F: Send + 'static> Source<F> for FileSource<F> {
             // time to parse, validate and apply.
             let decoded = |text: Result<String, String>| {
                 let started = Instant::now();
-                let fragment = text
-                    .as_deref()
-                    .map_err(Clone::clone)
-                    .and_then(|t| decode(t));
+                let fragment = text.as_deref().map_err(Clone::clone).and_then(|t| {
+                    decode(t).map_err(|e| {
+                        crate::config_text::name_source(&e, &path.display().to_string())
+                    })
+                });
                 (text.ok(), fragment, started.elapsed())
             };
             let read = || async {

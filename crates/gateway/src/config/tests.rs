@@ -51,9 +51,10 @@ fn errors_name_the_problem() {
     assert!(err("listeners: [{name: l, address: nowhere, kind: tls}]")
         .contains("listeners[0] (l).address: `nowhere` is not an ip:port"));
     assert!(
-        err("listeners: [{name: l, address: 127.0.0.1:1, kind: udp}]").starts_with("invalid YAML")
+        err("listeners: [{name: l, address: 127.0.0.1:1, kind: udp}]")
+            .starts_with("invalid configuration")
     );
-    assert!(err(&format!("{base}bogus: 1")).starts_with("invalid YAML"));
+    assert!(err(&format!("{base}bogus: 1")).starts_with("invalid configuration"));
     assert!(err(&format!("{base}default_route: nope"))
         .contains("default_route: no route is named `nope`"));
     let r = |extra: &str| {
@@ -186,7 +187,7 @@ fn new_kinds_check_their_fields() {
         .contains("routes[0] (a).destinations[0]: `10.1.2.3` is not an ip:port"));
     assert!(one(proxy, "    send_proxy_protocol: v3\n")
         .unwrap_err()
-        .starts_with("invalid YAML"));
+        .starts_with("invalid configuration"));
     let two = |field: &str, a: &str, b: &str| {
         parse(&format!(
                 "listeners: [{proxy}]\nroutes:\n  - name: a\n    {field}: [{a}]\n    backends: [{{address: 127.0.0.1:7}}]\n  - name: b\n    {field}: [{b}]\n    backends: [{{address: 127.0.0.1:8}}]\n"
