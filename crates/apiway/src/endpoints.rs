@@ -137,7 +137,12 @@ pub async fn run(args: EndpointsArgs) -> Result<()> {
     } else {
         let outcome = client.discover_now().await.map_err(|e| e.to_string());
         if let Err(e) = &outcome {
-            notes.push(format!("EndpointSlice discovery: {e}"));
+            // The client's discovery errors already say where they come from.
+            notes.push(if e.starts_with("EndpointSlice discovery") {
+                e.clone()
+            } else {
+                format!("EndpointSlice discovery: {e}")
+            });
         }
         Some(outcome)
     };
@@ -151,6 +156,10 @@ pub async fn run(args: EndpointsArgs) -> Result<()> {
             ("readyz", &r.readyz),
         ] {
             if let Stage::Failed(reason) = outcome {
+                // A reason that names the address already says it once.
+                let reason = reason
+                    .strip_prefix(&format!("{}: ", r.address))
+                    .unwrap_or(reason);
                 notes.push(format!("{}: {stage}: {reason}", r.address));
             }
         }

@@ -490,3 +490,110 @@ async fn self_signed_writes_a_ca_and_a_kubeconfig_that_work() -> Result<()> {
     );
     Ok(())
 }
+
+/// `apiway endpoints` against `apiway standin --self-signed` (no API
+/// behind it): each problem said once, in kubectl's words where kubectl
+/// has them, and the stand-in answers API groups it does not serve like an
+/// API server (404), not with a body that fails to parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_says_each_problem_once_in_kubectls_words() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = dir.path().join("pki");
+    let mut command = std::process::Command::new(APIWAY);
+    command
+        .args([
+            "standin",
+            "--self-signed",
+            "--listen",
+            "127.0.0.1:0",
+            "--pki-dir",
+        ])
+        .arg(&pki);
+    let mut process = apiway_test_support::process::Launcher::new(command)
+        .ready_file()
+        .spawn()?;
+    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let addr = report.listener("https").context("https listener")?;
+    let good = std::fs::read_to_string(pki.join("kubeconfig"))?;
+    let endpoints = |name: &str, text: String| -> Result<String> {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text)?;
+        let out = std::process::Command::new(APIWAY)
+            .args(["endpoints", "--kubeconfig"])
+            .arg(&path)
+            .output()?;
+        Ok(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    };
+
+    let out = endpoints("good", good.clone())?;
+    ensure!(
+        out.contains("does not serve discovery.k8s.io/v1 EndpointSlices"),
+        "{out}"
+    );
+    ensure!(!out.contains("does not parse"), "{out}");
+    ensure!(
+        out.matches("EndpointSlice discovery:").count() == 1,
+        "the prefix said more than once: {out}"
+    );
+
+    // A CA that did not sign the server's certificate.
+    let other = dir.path().join("other-ca.pem");
+    std::fs::write(
+        &other,
+        apiway_standin::pki::Ca::new("another CA")?.cert_pem(),
+    )?;
+    let wrong_ca = good.replace(
+        &pki.join("ca.crt").display().to_string(),
+        &other.display().to_string(),
+    );
+    let out = endpoints("wrong-ca", wrong_ca)?;
+    ensure!(
+        out.contains("x509: certificate signed by unknown authority"),
+        "{out}"
+    );
+
+    // Nothing listens: the address is said once per line.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?
+    };
+    let out = endpoints(
+        "closed",
+        good.replace(&addr.to_string(), &closed.to_string()),
+    )?;
+    ensure!(out.contains("Connection refused"), "{out}");
+    ensure!(
+        !out.contains(&format!("{closed}: {closed}")),
+        "the address said twice: {out}"
+    );
+
+    // A plain-HTTP server where the kubeconfig says https.
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let plain_addr = plain.local_addr()?;
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut s, _)) = plain.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let out = endpoints(
+        "plain",
+        good.replace(&addr.to_string(), &plain_addr.to_string()),
+    )?;
+    ensure!(
+        out.contains("server gave HTTP response to HTTPS client"),
+        "{out}"
+    );
+    drop(process);
+    Ok(())
+}

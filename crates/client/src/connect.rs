@@ -158,9 +158,40 @@ fn tls_error(e: &std::io::Error) -> ConnectError {
         ) => ConnectError {
             failure: Failure::Certificate,
             kind: "certificate",
-            reason: format!("certificate rejected: {err}"),
+            reason: format!("certificate rejected: {}", certificate_words(err)),
         },
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => {
+            ConnectError::network(
+                "tls",
+                format!("TLS handshake: {e} (the server answered something that is not TLS: if it speaks plain HTTP, kubectl says \"server gave HTTP response to HTTPS client\"; the kubeconfig's server then needs http://)"),
+            )
+        }
         _ => ConnectError::network("tls", format!("TLS handshake: {e}")),
+    }
+}
+
+/// A certificate error in kubectl's words where kubectl has them (so a
+/// search finds the same advice), with rustls's own after it.
+fn certificate_words(err: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let words = match err {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => {
+            Some("x509: certificate signed by unknown authority")
+        }
+        rustls::Error::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            Some("x509: certificate has expired or is not yet valid")
+        }
+        rustls::Error::InvalidCertificate(C::NotValidYet | C::NotValidYetContext { .. }) => {
+            Some("x509: certificate has expired or is not yet valid")
+        }
+        rustls::Error::InvalidCertificate(
+            C::NotValidForName | C::NotValidForNameContext { .. },
+        ) => Some("x509: certificate is not valid for the server name"),
+        _ => None,
+    };
+    match words {
+        Some(w) => format!("{w} ({err})"),
+        None => err.to_string(),
     }
 }
 

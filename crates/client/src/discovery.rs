@@ -162,6 +162,11 @@ impl Client {
             .map_err(|_| {
                 Error::Discovery(format!("the list took longer than {LIST_TIMEOUT:?}"))
             })??;
+        if response.status() == StatusCode::NOT_FOUND {
+            return Err(Error::Discovery(format!(
+                "the server does not serve discovery.k8s.io/v1 EndpointSlices (GET {SLICES_PATH} answered 404)"
+            )));
+        }
         if response.status() != StatusCode::OK {
             return Err(Error::Discovery(format!(
                 "the list answered {}: {}",

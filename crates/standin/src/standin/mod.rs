@@ -16,6 +16,7 @@
 //! | `/stream?bytes=N` | N bytes; the byte at offset `i` is [`pattern_byte`]`(i)` |
 //! | `/echo` (POST) | the request body, streamed back |
 //! | `/api`, `/api/...`, `/apis`, `/apis/...` with [`StandinConfig::with_api_upstream`] | the upstream's answer, streamed (see [`crate::fixture_api`]) |
+//! | `/apis`, `/apis/...` without an API upstream | 404, a Kubernetes `Status` (`NotFound`), as an API server answers for a group it does not serve |
 //! | anything else | 200 JSON: `server`, `path`, `query`, `method`, `version`, `client_cn`, `client_organizations`, `sni`, `alpn`, `peer`, `authority` (HTTP/2 `:authority`, or an absolute-form URI's), `alt_used` (the `Alt-Used` header), `authorization` (the header, as sent: test credentials only) |
 //!
 //! Every response carries `x-apiway-standin: <name>`, and `Alt-Svc` when

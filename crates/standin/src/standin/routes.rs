@@ -121,8 +121,29 @@ fn route(req: Request<Incoming>, shared: &Shared, conn: &ConnectionInfo) -> Resp
         "/stream" => stream(req.uri().query()),
         "/echo" if req.method() == Method::POST => echo(req),
         "/echo" => text(StatusCode::METHOD_NOT_ALLOWED, "POST only"),
+        // API groups need an API behind the stand-in: without one, the
+        // answer a real API server gives for a group it does not serve (a
+        // client then learns that, instead of parsing the report below).
+        p if p == "/apis" || p.starts_with("/apis/") => {
+            json_response(StatusCode::NOT_FOUND, &not_found_status())
+        }
         _ => json_response(StatusCode::OK, &report(&req, shared, conn)),
     }
+}
+
+/// The `Status` a Kubernetes API server answers for a path it does not
+/// serve.
+fn not_found_status() -> serde_json::Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "the server could not find the requested resource",
+        "reason": "NotFound",
+        "details": {},
+        "code": 404,
+    })
 }
 
 /// A Kubernetes-like version document, enough for `kubectl version`.
