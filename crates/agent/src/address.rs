@@ -119,7 +119,10 @@ impl LocalAddresses {
     }
 
     /// Removes the addresses (and a link the agent created) unless `keep`.
-    pub fn release(&mut self) {
+    /// An address another process listens on at one of `listened` (this
+    /// agent's listeners, closed by now) stays: that is the agent that
+    /// replaces this one, started while this one drained.
+    pub fn release(&mut self, listened: &[std::net::SocketAddr]) {
         if self.spec.keep {
             if !self.added.is_empty() {
                 tracing::info!(interface = %self.spec.interface, addresses = ?self.added, "keeping the addresses (--keep-address)");
@@ -139,6 +142,13 @@ impl LocalAddresses {
             }
         };
         for address in added {
+            if let Some(at) = listened
+                .iter()
+                .find(|l| l.ip() == address && apiway_core::listener::listened_elsewhere(**l))
+            {
+                tracing::info!(%address, listener = %at, interface = %self.spec.interface, "another process listens there (the next agent); keeping the address");
+                continue;
+            }
             let seq = nl.next_seq();
             match nl.call(
                 &netlink::address_request(false, self.index, address, seq),
@@ -163,7 +173,7 @@ impl LocalAddresses {
 
 impl Drop for LocalAddresses {
     fn drop(&mut self) {
-        self.release();
+        self.release(&[]);
     }
 }
 
@@ -229,6 +239,6 @@ mod tests {
             keep: false,
         };
         let mut a = LocalAddresses::add(&spec).unwrap();
-        a.release();
+        a.release(&[]);
     }
 }

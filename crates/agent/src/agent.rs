@@ -82,7 +82,7 @@ impl Role for Agent {
             match listener::bind(*addr) {
                 Ok(socket) => sockets.push((*addr, destination, socket)),
                 Err(e) => {
-                    addresses.release();
+                    addresses.release(&[]);
                     let owned = snapshot.addresses.addresses.contains(&addr.ip());
                     return Err(if !owned && e.to_string().contains("no local interface") {
                         anyhow::anyhow!(
@@ -241,7 +241,8 @@ impl Role for Agent {
     /// Removes the owned addresses.
     fn stopped(&self) {
         if let Some(mut addresses) = lock(&self.addresses).take() {
-            addresses.release();
+            let listened: Vec<SocketAddr> = self.listeners.iter().map(|(_, l, _)| *l).collect();
+            addresses.release(&listened);
         }
     }
 }

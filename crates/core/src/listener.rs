@@ -14,13 +14,23 @@ use apiway_relay::KeepaliveConfig;
 
 use crate::drain::Drain;
 
-/// Binds a TCP listener with `SO_REUSEADDR`, a deep backlog, and the default
-/// keepalive and `TCP_NODELAY` for the sockets it accepts; the error names
-/// the address and the likely fix.
+/// Binds a TCP listener with `SO_REUSEADDR`, `SO_REUSEPORT`, a deep
+/// backlog, and the default keepalive and `TCP_NODELAY` for the sockets it
+/// accepts; the error names the address and the likely fix.
+///
+/// `SO_REUSEPORT` is what makes restarts seamless: the new process binds
+/// the same address while the old one drains (it keeps accepting for its
+/// drain delay), and the kernel spreads new connections over both until
+/// the old one closes. Only processes of the same user can share a port
+/// this way. Connections the kernel queued at the old listener when it
+/// closes are moved to the new one where `net.ipv4.tcp_migrate_req` is 1
+/// (Linux 5.14+), and reset otherwise.
 pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     let inner = || -> std::io::Result<TcpListener> {
         let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         socket.set_reuse_address(true)?;
+        #[cfg(unix)]
+        socket.set_reuse_port(true)?;
         if addr.is_ipv6() {
             socket.set_only_v6(true)?;
         }
@@ -42,7 +52,7 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     inner().map_err(|e| {
         let hint = match e.kind() {
             std::io::ErrorKind::AddrInUse => {
-                " (another process listens there; pick another address or stop it)"
+                " (another process listens there, without SO_REUSEPORT or as another user; pick another address or stop it)"
             }
             std::io::ErrorKind::AddrNotAvailable => " (no local interface has this address)",
             std::io::ErrorKind::PermissionDenied => {
@@ -143,6 +153,20 @@ pub async fn accept_loop<H, F>(
     }
 }
 
+/// Whether a socket other than this process's listens on `addr`: a bind
+/// without `SO_REUSEPORT` fails then. Call it once this process's own
+/// listener there is closed (an agent releasing its address while its
+/// successor already listens there).
+pub fn listened_elsewhere(addr: SocketAddr) -> bool {
+    let Ok(socket) = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+    else {
+        return false;
+    };
+    // Connections that linger (TIME_WAIT, the drained ones) do not count.
+    let _ = socket.set_reuse_address(true);
+    matches!(socket.bind(&addr.into()), Err(e) if e.kind() == std::io::ErrorKind::AddrInUse)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +181,20 @@ mod tests {
         assert!(slots.try_take().is_some());
         slots.set_max(0);
         assert!(slots.try_take().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_second_process_can_bind_while_the_first_drains() {
+        let first = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = first.local_addr().unwrap();
+        // What a successor does (SO_REUSEPORT on both).
+        let second = bind(addr).unwrap();
+        drop(first);
+        assert!(listened_elsewhere(addr), "the successor listens");
+        // A socket without SO_REUSEPORT is still refused.
+        assert!(std::net::TcpListener::bind(addr).is_err());
+        drop(second);
+        assert!(!listened_elsewhere(addr));
     }
 
     #[tokio::test]

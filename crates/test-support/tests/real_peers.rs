@@ -111,7 +111,7 @@ async fn curl_over_http1_and_http2() -> Result<()> {
 
     for (flag, version) in [("--http1.1", "HTTP/1.1"), ("--http2", "HTTP/2.0")] {
         let out = run(
-            &mut curl(&ca_crt, port, &[flag, "-i"], "/apis?watch=1")?,
+            &mut curl(&ca_crt, port, &[flag, "-i"], "/report?watch=1")?,
             b"",
         )
         .await?;
@@ -127,7 +127,7 @@ async fn curl_over_http1_and_http2() -> Result<()> {
         assert_eq!(json["server"], "api-a");
         assert_eq!(json["version"], version);
         assert_eq!(json["sni"], "api.a.example");
-        assert_eq!(json["path"], "/apis");
+        assert_eq!(json["path"], "/report");
     }
 
     // /echo streams a POST body back; /stream sends exactly N bytes.

@@ -24,4 +24,5 @@ mod process_limits;
 mod proxy;
 mod reload;
 mod resets;
+mod restart;
 mod round_robin_dns;
