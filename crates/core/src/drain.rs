@@ -34,6 +34,8 @@ pub struct Drain {
     stop_accepting: CancellationToken,
     abort: CancellationToken,
     connections: TaskTracker,
+    /// Accept loops still holding their listening socket.
+    listeners: TaskTracker,
 }
 
 impl Drain {
@@ -50,6 +52,13 @@ impl Drain {
     /// Fires when the grace period is over and connections must close.
     pub fn abort(&self) -> &CancellationToken {
         &self.abort
+    }
+
+    /// Held by an accept loop while its listening socket is open, so the
+    /// shutdown knows when every one is closed (an agent then tells its
+    /// own listeners from a successor's).
+    pub fn listener_open(&self) -> tokio_util::task::task_tracker::TaskTrackerToken {
+        self.listeners.token()
     }
 
     /// Connections still running.
@@ -88,6 +97,14 @@ impl Drain {
             _ = &mut hurry => true,
         };
         self.stop_accepting.cancel();
+        // The accept loops close their sockets as soon as they run.
+        self.listeners.close();
+        if tokio::time::timeout(Duration::from_secs(1), self.listeners.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("a listening socket is still open after 1 s");
+        }
         self.connections.close();
         let open = self.connections.len();
         if !hurried && open > 0 {

@@ -130,6 +130,10 @@ pub async fn accept_loop<H, F>(
     H: Fn(TcpStream, SocketAddr, Slot) -> F,
     F: Future<Output = ()> + Send + 'static,
 {
+    // Declared before the listener, so it is dropped after the socket is
+    // closed.
+    let _open = drain.listener_open();
+    let listener = listener;
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -214,7 +218,8 @@ mod tests {
 
     #[tokio::test]
     async fn bind_errors_name_the_address() {
-        let l = bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        // A listener without SO_REUSEPORT (another program) refuses ours.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let err = bind(addr).unwrap_err().to_string();
         assert!(

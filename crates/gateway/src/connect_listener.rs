@@ -97,7 +97,14 @@ pub(crate) async fn prepare(
         return None;
     }
     handles.connect_response(established.code()).inc();
-    Some(forward::prepared(client, connected, &route))
+    let authority = &request.authority;
+    Some(forward::prepared(
+        client,
+        connected,
+        &route,
+        listener,
+        || Some(authority.to_string()),
+    ))
 }
 
 /// Answers with an error status, counts it, and closes.

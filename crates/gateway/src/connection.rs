@@ -36,7 +36,11 @@ pub(crate) async fn serve(
     // One `let-else` over the `match`: the intermediate value is a
     // temporary, so the task does not keep a second copy of the relay
     // future's bytes for the life of the connection.
-    let Some((relaying, route_name)) = (match kind {
+    let Some(crate::forward::Prepared {
+        relaying,
+        route,
+        log,
+    }) = (match kind {
         ListenerKind::Tls => {
             Box::pin(crate::sni_listener::prepare(
                 &routes, &listener, client, peer,
@@ -60,7 +64,10 @@ pub(crate) async fn serve(
     };
     drop(routes);
     let outcome = relaying.await;
-    tracing::debug!(%peer, route = %route_name, ?outcome, "connection closed");
+    tracing::debug!(%peer, %route, ?outcome, "connection closed");
+    if let (Some(pending), Some(access_log)) = (log, listener.access_log.load().as_ref()) {
+        access_log.record(listener.handles.name(), peer, &route, &pending, &outcome);
+    }
 }
 
 /// Runs `f` when dropped.

@@ -15,23 +15,39 @@ use tokio::net::TcpStream;
 use crate::route::Route;
 
 /// A connection ready to relay: the relay future (which owns both sockets
-/// and the backend's lease) and the route's name for the log. Built at the
+/// and the backend's lease), the route's name for the log, and what its
+/// access log line needs (only when there is an access log). Built at the
 /// end of the boxed pre-relay phase, so that the long-lived part of the
 /// connection task holds nothing else.
-pub(crate) type Prepared = (Relaying, Arc<str>);
+pub(crate) struct Prepared {
+    pub(crate) relaying: Relaying,
+    pub(crate) route: Arc<str>,
+    pub(crate) log: Option<Box<crate::access_log::Pending>>,
+}
 
 /// The [`Prepared`] connection between `client` and the backend `route`
-/// gave it.
-pub(crate) fn prepared(client: TcpStream, connected: Connected, route: &Route) -> Prepared {
+/// gave it; `matched` is what routed it (the SNI, destination or
+/// authority), asked for only when `listener` logs connections.
+pub(crate) fn prepared(
+    client: TcpStream,
+    connected: Connected,
+    route: &Route,
+    listener: &crate::listener_state::ListenerState,
+    matched: impl FnOnce() -> Option<String>,
+) -> Prepared {
     tracing::debug!(
         route = route.name(),
         backend = connected.lease.endpoint().name(),
         "relaying"
     );
-    (
-        apiway_core::forward::relay(client, connected, &route.relay),
-        route.name_arc(),
-    )
+    let log = listener.logging().then(|| {
+        crate::access_log::Pending::new(matched(), connected.lease.endpoint().name().to_owned())
+    });
+    Prepared {
+        relaying: apiway_core::forward::relay(client, connected, &route.relay),
+        route: route.name_arc(),
+        log,
+    }
 }
 
 /// The real endpoints of an accepted socket, as a backend should learn

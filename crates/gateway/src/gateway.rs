@@ -36,6 +36,7 @@ pub struct Gateway {
     listeners: Mutex<Vec<RunningListener>>,
     drain: Drain,
     stop: CancellationToken,
+    access_log: crate::access_log::Shared,
 }
 
 impl Role for Gateway {
@@ -80,6 +81,7 @@ impl Role for Gateway {
             listeners: Mutex::new(Vec::new()),
             drain: context.drain.clone(),
             stop: context.stop.clone(),
+            access_log: Default::default(),
         });
         if let Err(e) = gateway.apply_snapshot(snapshot) {
             gateway.stop.cancel();
@@ -152,6 +154,23 @@ impl Gateway {
             }
         }
 
+        // The access log, if its section changed: opened before anything
+        // changes, so a file that cannot be opened rejects the reload.
+        let current = self.access_log.load();
+        let log_changed = current.as_ref().map(|l| l.config()) != snapshot.access_log.as_ref();
+        let new_log = if log_changed {
+            match &snapshot.access_log {
+                Some(config) => Some(Arc::new(crate::access_log::AccessLog::open(
+                    config,
+                    self.factory.metrics.access_log_dropped.clone(),
+                )?)),
+                None => None,
+            }
+        } else {
+            None
+        };
+        drop(current);
+
         // 2. Routes.
         self.routes.replace(&mut snapshot, &self.factory);
 
@@ -176,6 +195,16 @@ impl Gateway {
         for (spec, socket) in fresh {
             running.push(self.start_listener(spec, socket));
         }
+        if log_changed {
+            match &new_log {
+                Some(l) => {
+                    tracing::info!(path = %l.config().path.display(), format = ?l.config().format, "access log on")
+                }
+                None => tracing::info!("access log off"),
+            }
+            // The old writer writes what it has queued, then ends.
+            self.access_log.store(new_log);
+        }
         Ok(())
     }
 
@@ -190,6 +219,7 @@ impl Gateway {
         let state = Arc::new(ListenerState {
             handles: ListenerHandles::new(&spec.name, &self.factory.metrics),
             spec: ArcSwap::from_pointee(spec.clone()),
+            access_log: self.access_log.clone(),
         });
         tracing::info!(listener = %spec.name, address = %local_addr, kind = ?spec.kind, "listening");
         let routes = self.routes.clone();

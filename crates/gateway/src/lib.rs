@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod access_log;
 pub mod cidr;
 pub mod config;
 mod connect_listener;

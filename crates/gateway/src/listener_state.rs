@@ -82,4 +82,14 @@ impl ListenerHandles {
 pub(crate) struct ListenerState {
     pub(crate) spec: ArcSwap<ListenerSpec>,
     pub(crate) handles: ListenerHandles,
+    /// The gateway's access log, if one is configured (shared by every
+    /// listener, swapped on reload).
+    pub(crate) access_log: crate::access_log::Shared,
+}
+
+impl ListenerState {
+    /// Whether connections should carry what their access log line needs.
+    pub(crate) fn logging(&self) -> bool {
+        self.access_log.load().is_some()
+    }
 }

@@ -62,12 +62,19 @@ pub struct GatewayMetrics {
     pub routed: Family<RouteLabels, Counter>,
     /// Connections whose route had no reachable backend.
     pub unavailable: Family<RouteLabels, Counter>,
+    /// Access log lines dropped because the writer fell behind.
+    pub access_log_dropped: Counter,
 }
 
 impl GatewayMetrics {
     /// Registers the families.
     pub fn register(&self, registry: &mut Registry) {
         self.listeners.register(registry);
+        registry.register(
+            "access_log_dropped",
+            "Access log lines dropped because the writer fell behind",
+            self.access_log_dropped.clone(),
+        );
         registry.register(
             "listener_no_route",
             "Connections that matched no route and were not taken by a default route, by reason",

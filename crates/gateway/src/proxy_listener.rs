@@ -53,7 +53,13 @@ pub(crate) async fn prepare(
     tracing::debug!(%peer, client = %origin.client, destination = %origin.destination, outer_source = ?headers.outer_source, route = route.name(), "routed by destination");
     let rest = buf.get(headers.consumed..).unwrap_or_default();
     match forward::open(&route, peer, || origin, rest).await {
-        Ok(connected) => Some(forward::prepared(client, connected, &route)),
+        Ok(connected) => Some(forward::prepared(
+            client,
+            connected,
+            &route,
+            listener,
+            || Some(origin.destination.to_string()),
+        )),
         // The stream is the client's (usually TLS): no answer of ours
         // would mean anything to it, so the close is the answer.
         Err(_) => None,

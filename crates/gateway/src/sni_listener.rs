@@ -65,11 +65,21 @@ pub(crate) async fn prepare(
         return None;
     };
     drop(spec);
+    let matched = listener
+        .logging()
+        .then(|| hello.server_name.clone())
+        .flatten();
     drop(hello);
 
     let origin = || headers.origin(&client, peer, listen);
     match forward::open(&route, peer, origin, &hello_bytes).await {
-        Ok(connected) => Some(forward::prepared(client, connected, &route)),
+        Ok(connected) => Some(forward::prepared(
+            client,
+            connected,
+            &route,
+            listener,
+            || matched,
+        )),
         Err(OpenFailure::Unavailable) => {
             send_alert(&mut client, AlertDescription::InternalError).await;
             None

@@ -40,6 +40,9 @@ pub struct ConfigFile {
     /// How often the file is checked for changes (default 1s).
     #[serde(default, with = "apiway_core::duration::option")]
     pub reload_interval: Option<Duration>,
+    /// One line per connection when it ends (default: none).
+    #[serde(default)]
+    pub access_log: Option<crate::access_log::AccessLogConfig>,
 }
 
 /// `listeners[]`
@@ -237,6 +240,7 @@ impl ConfigFile {
             default_route: self.default_route,
             drain: self.drain,
             reload_interval: self.reload_interval,
+            access_log: self.access_log,
             kubernetes: false,
         })
     }

@@ -135,6 +135,8 @@ pub struct Snapshot {
     pub authorities: HashMap<Authority, usize>,
     /// Route index for no SNI / no match; `None` rejects.
     pub default_route: Option<usize>,
+    /// Where connections are logged when they end, if anywhere.
+    pub access_log: Option<crate::access_log::AccessLogConfig>,
 }
 
 /// Parses and validates a configuration file's text. The error is one line

@@ -34,6 +34,8 @@ pub struct GatewaySpec {
     pub reload_interval: Option<Duration>,
     /// Listeners may come from Kubernetes later: none yet is no error.
     pub kubernetes: bool,
+    /// `access_log:`.
+    pub access_log: Option<crate::access_log::AccessLogConfig>,
 }
 
 /// A listener as configured; `None` takes the default.
@@ -155,6 +157,7 @@ impl Merge for GatewaySpec {
                 later.reload_interval,
             )?,
             kubernetes: self.kubernetes || later.kubernetes,
+            access_log: one("access_log", self.access_log, later.access_log)?,
         })
     }
 }

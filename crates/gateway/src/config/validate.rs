@@ -237,6 +237,13 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
             format!("default_route: no route is named `{name}` (use `reject` or a route's name)")
         })?),
     };
+    let access_log = spec.access_log.clone();
+    if access_log
+        .as_ref()
+        .is_some_and(|a| a.path.as_os_str().is_empty())
+    {
+        return Err("access_log.path: a file, or - for standard output".into());
+    }
 
     Ok(Snapshot {
         common,
@@ -247,6 +254,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
         destinations,
         authorities,
         default_route,
+        access_log,
     })
 }
 
