@@ -59,7 +59,8 @@ pub(crate) async fn serve(
             ))
             .await
         }
-    }) else {
+    })
+    else {
         return;
     };
     drop(routes);
