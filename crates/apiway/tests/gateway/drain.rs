@@ -172,3 +172,36 @@ async fn grace_period_closes_stragglers_and_exits_zero() -> Result<()> {
     );
     Ok(())
 }
+
+/// Once draining, a reload is not applied: a listener the new file adds is
+/// never bound (and so never said to be listening), and no reload counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_while_draining_is_not_applied() -> Result<()> {
+    let extra = apiway_test_support::peers::free_port()?;
+    let base = "admin: {address: 127.0.0.1:0}\n\
+                drain: {delay: 3s, grace_period: 1s}\n\
+                listeners:\n  - {name: public, address: 127.0.0.1:0, kind: tls}\n";
+    let gateway = GatewayProcess::start(base).await?;
+    gateway.signal(Signal::TERM)?;
+    eventually("/healthz 503", Duration::from_secs(2), || async {
+        match gateway.admin_get("/healthz").await {
+            Ok((503, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    gateway.write_config(&format!(
+        "{base}  - {{name: late, address: 127.0.0.1:{extra}, kind: tls}}\n"
+    ))?;
+    gateway.signal(Signal::HUP)?;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    ensure!(
+        TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], extra)))
+            .await
+            .is_err(),
+        "a listener added while draining was bound"
+    );
+    let m = gateway.metrics().await?;
+    ensure!(m.count("apiway_config_reloads_total", &[("result", "success")]) == 0.0);
+    Ok(())
+}
