@@ -48,6 +48,7 @@ pub(crate) async fn prepare(
         Ok(request) => request,
         Err(ReadError::Invalid(e)) => {
             tracing::debug!(%peer, error = %e, "bad CONNECT request");
+            handles.rejected(peer, "bad CONNECT request", "malformed");
             if let Some(status) = e.status() {
                 refuse(listener, &mut client, status).await;
             }
@@ -61,7 +62,7 @@ pub(crate) async fn prepare(
             return None;
         }
         Err(ReadError::TimedOut) => {
-            tracing::debug!(%peer, listener = handles.name(), "CONNECT request timed out");
+            handles.rejected(peer, "CONNECT request timed out", "timeout");
             refuse(listener, &mut client, Status::RequestTimeout).await;
             return None;
         }
@@ -71,6 +72,7 @@ pub(crate) async fn prepare(
 
     let Some(route) = routes.route_for_authority(&request.authority) else {
         tracing::debug!(%peer, authority = %request.authority, "no route lists this authority; 403");
+        handles.rejected(peer, "no route lists this authority", "unknown_authority");
         handles.no_route("unknown_authority").inc();
         refuse(listener, &mut client, Status::Forbidden).await;
         return None;

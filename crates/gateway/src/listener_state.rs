@@ -1,6 +1,10 @@
 //! What a listener shares with its connections: its spec (swapped on
 //! reload) and its metric handles, looked up once.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -19,6 +23,43 @@ pub(crate) struct ListenerHandles {
     pub(crate) untrusted: Counter,
     pub(crate) proxy_header_timeouts: Counter,
     pub(crate) stacked_proxy_headers: Counter,
+    rejections: Throttle,
+}
+
+/// At most one line per second: what a listener logs at info level about
+/// the connections it refuses (a scanner or a broken client can send
+/// thousands a second; each is also counted and logged at debug level).
+#[derive(Default)]
+struct Throttle {
+    /// Milliseconds since [`epoch`] before which no line is written.
+    next_ms: AtomicU64,
+    /// Lines held back since the last one written.
+    suppressed: AtomicU64,
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Throttle {
+    /// `Some(lines held back since the last one)` when a line may be
+    /// written now.
+    fn allow(&self) -> Option<u64> {
+        let now = epoch().elapsed().as_millis() as u64;
+        let next = self.next_ms.load(Ordering::Relaxed);
+        if now >= next
+            && self
+                .next_ms
+                .compare_exchange(next, now + 1000, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            Some(self.suppressed.swap(0, Ordering::Relaxed))
+        } else {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
 }
 
 impl ListenerHandles {
@@ -36,6 +77,16 @@ impl ListenerHandles {
             untrusted: metrics.untrusted.get_or_create_owned(&l),
             proxy_header_timeouts: metrics.proxy_header_timeouts.get_or_create_owned(&l),
             stacked_proxy_headers: metrics.stacked_proxy_headers.get_or_create_owned(&l),
+            rejections: Throttle::default(),
+        }
+    }
+
+    /// Logs a refused connection: at debug level always, at info level at
+    /// most once a second per listener (with how many were held back).
+    pub(crate) fn rejected(&self, peer: std::net::SocketAddr, what: &str, reason: &str) {
+        tracing::debug!(%peer, listener = %self.name, reason, "{what}; closing");
+        if let Some(suppressed) = self.rejections.allow() {
+            tracing::info!(%peer, listener = %self.name, reason, suppressed, "refused: {what} (one line a second at most; `suppressed` counts the others, all of them are in the listener metrics)");
         }
     }
 

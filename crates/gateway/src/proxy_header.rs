@@ -82,7 +82,11 @@ pub(crate) async fn accept(
     };
     if !spec.trusted_sources.contains(peer.ip()) {
         if required {
-            tracing::debug!(%peer, listener = %spec.name, "source not in trusted_sources; closed without reading");
+            handles.rejected(
+                peer,
+                "source not in trusted_sources, closed without reading",
+                "untrusted_source",
+            );
             handles.untrusted.inc();
             return None;
         }
@@ -109,12 +113,12 @@ pub(crate) async fn accept(
             Some(headers)
         }
         Err(Failure::Error(reason)) => {
-            tracing::debug!(%peer, listener = %name, reason, "no usable PROXY header; closing");
+            handles.rejected(peer, "no usable PROXY header", reason);
             handles.proxy_header_error(reason).inc();
             None
         }
         Err(Failure::TimedOut) => {
-            tracing::debug!(%peer, listener = %name, "PROXY header timed out; closing");
+            handles.rejected(peer, "PROXY header timed out", "timeout");
             handles.proxy_header_timeouts.inc();
             None
         }

@@ -47,6 +47,7 @@ pub(crate) async fn prepare(
             "local"
         };
         tracing::debug!(%peer, destination = %origin.destination, reason, "no route; closing");
+        handles.rejected(peer, "no route for this destination", reason);
         handles.no_route(reason).inc();
         return None;
     };

@@ -41,11 +41,11 @@ pub(crate) async fn prepare(
         Ok(hello) => hello,
         Err(e) => {
             let Some((reason, alert)) = failure(&e) else {
-                tracing::debug!(%peer, listener = %spec.name, "ClientHello timed out; closing");
+                handles.rejected(peer, "ClientHello timed out", "timeout");
                 handles.hello_timeouts.inc();
                 return None;
             };
-            tracing::debug!(%peer, listener = %spec.name, reason, "no usable ClientHello; closing");
+            handles.rejected(peer, "no usable ClientHello", reason);
             handles.hello_error(reason).inc();
             if let Some(alert) = alert {
                 send_alert(&mut client, alert).await;
@@ -60,6 +60,7 @@ pub(crate) async fn prepare(
             "no_sni"
         };
         tracing::debug!(%peer, sni = ?hello.server_name, reason, "no route; sending unrecognized_name");
+        handles.rejected(peer, "no route for this server name", reason);
         handles.no_route(reason).inc();
         send_alert(&mut client, AlertDescription::UnrecognizedName).await;
         return None;

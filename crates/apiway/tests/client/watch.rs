@@ -70,6 +70,30 @@ async fn watch_across_fault(transport: Transport, fault: Fault) -> Result<()> {
     let mut standins = Standins::start(&["--api-upstream".to_owned(), server.url()]).await?;
     let client = standins.client()?;
     let pods: Api<Pod> = Api::namespaced(standins.kube_client(&client, transport)?, "default");
+    // Let the client learn the alternatives (Alt-Svc) and settle on one
+    // before the watch starts: the endpoint in use is then the one that
+    // carries the watch, which is the one the fault must hit. (Started at
+    // once, the watch could stay on the origin while the client's choice
+    // for new requests moved on, and the fault would miss it.)
+    let settle = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut stable = 0;
+    let mut last = None;
+    while stable < 5 {
+        ensure!(
+            tokio::time::Instant::now() < settle,
+            "the client did not settle on an endpoint: {:?}",
+            client.endpoints()
+        );
+        pods.list(&Default::default()).await?;
+        let now = client.endpoint_in_use();
+        if client.endpoints().len() == 3 && now.is_some() && now == last {
+            stable += 1;
+        } else {
+            stable = 0;
+        }
+        last = now;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let (tx, mut events) = mpsc::unbounded_channel();
     let watch = tokio::spawn(async move {

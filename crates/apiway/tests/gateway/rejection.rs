@@ -218,3 +218,62 @@ default_route: recorded
     ensure!(recorder.connections() == 0, "the backend got a connection");
     Ok(())
 }
+
+/// Refused connections are logged at info level, at most once a second per
+/// listener, with how many were held back; every one is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_logged_once_a_second_with_a_count() -> Result<()> {
+    let gateway = GatewayProcess::start(
+        "admin: {address: 127.0.0.1:0}\n\
+         listeners: [{name: public, address: 127.0.0.1:0, kind: tls}]\n",
+    )
+    .await?;
+    let refused_lines = || {
+        gateway
+            .log_lines()
+            .into_iter()
+            .filter(|l| l.contains(" INFO ") && l.contains("refused: no usable ClientHello"))
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..200 {
+        let (_, closed) = send_raw(gateway.addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await?;
+        ensure!(
+            closed != Closed::StillOpen,
+            "a plain HTTP request was not refused"
+        );
+    }
+    gateway
+        .wait_count(
+            "apiway_listener_client_hello_errors_total",
+            &listener_labels("not_tls"),
+            200.0,
+        )
+        .await?;
+    let burst = refused_lines();
+    ensure!(
+        (1..=3).contains(&burst.len()),
+        "{} info lines for 200 refusals in a burst: {burst:#?}",
+        burst.len()
+    );
+    // A second later the next refusal is logged with the count held back.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    send_raw(gateway.addr(), b"GET / HTTP/1.1\r\n\r\n").await?;
+    let mut later = refused_lines();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while later.len() <= burst.len() {
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "no info line for a refusal a second after the burst"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        later = refused_lines();
+    }
+    let last = later.last().context("a line")?;
+    let held_back = last
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("suppressed="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .context("a suppressed= count")?;
+    ensure!(held_back >= 190, "{last}");
+    Ok(())
+}
