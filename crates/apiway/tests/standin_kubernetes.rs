@@ -437,28 +437,36 @@ async fn the_deploy_manifests_apply_with_node_name_and_rbac() -> Result<()> {
     Ok(())
 }
 
+/// `apiway standin --self-signed --pki-dir PKI` with `extra` on a free
+/// port: the process and its address.
+async fn self_signed_standin(
+    pki: &std::path::Path,
+    extra: &[&str],
+) -> Result<(
+    apiway_test_support::process::ChildProcess,
+    std::net::SocketAddr,
+)> {
+    let mut command = std::process::Command::new(APIWAY);
+    command
+        .args(["standin", "--self-signed", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--pki-dir")
+        .arg(pki);
+    let mut process = apiway_test_support::process::Launcher::new(command)
+        .ready_file()
+        .spawn()?;
+    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
+    let addr = report.listener("https").context("https listener")?;
+    Ok((process, addr))
+}
+
 /// `apiway standin --self-signed`: no certificate files needed; it writes
 /// its CA and a kubeconfig that curl and kubectl use as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn self_signed_writes_a_ca_and_a_kubeconfig_that_work() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let pki = dir.path().join("pki");
-    let mut command = std::process::Command::new(APIWAY);
-    command
-        .args([
-            "standin",
-            "--self-signed",
-            "--kubernetes-api",
-            "--listen",
-            "127.0.0.1:0",
-            "--pki-dir",
-        ])
-        .arg(&pki);
-    let mut process = apiway_test_support::process::Launcher::new(command)
-        .ready_file()
-        .spawn()?;
-    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
-    let addr = report.listener("https").context("https listener")?;
+    let (process, addr) = self_signed_standin(&pki, &["--kubernetes-api"]).await?;
     let kubeconfig = pki.join("kubeconfig");
     let out = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
@@ -499,21 +507,7 @@ async fn self_signed_writes_a_ca_and_a_kubeconfig_that_work() -> Result<()> {
 async fn endpoints_says_each_problem_once_in_kubectls_words() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let pki = dir.path().join("pki");
-    let mut command = std::process::Command::new(APIWAY);
-    command
-        .args([
-            "standin",
-            "--self-signed",
-            "--listen",
-            "127.0.0.1:0",
-            "--pki-dir",
-        ])
-        .arg(&pki);
-    let mut process = apiway_test_support::process::Launcher::new(command)
-        .ready_file()
-        .spawn()?;
-    let report = process.wait_for_ready_file(Duration::from_secs(10)).await?;
-    let addr = report.listener("https").context("https listener")?;
+    let (process, addr) = self_signed_standin(&pki, &[]).await?;
     let good = std::fs::read_to_string(pki.join("kubeconfig"))?;
     let endpoints = |name: &str, text: String| -> Result<String> {
         let path = dir.path().join(name);
