@@ -53,6 +53,13 @@ fn stderr_lines(output: &Output) -> Vec<String> {
 fn bad_files() -> Vec<(String, &'static str)> {
     vec![
         (
+            GOOD.replace(
+                "default_route: reject",
+                "default_route: reject\nmax_routes: 0",
+            ),
+            "too many routes: 1, more than max_routes (0)",
+        ),
+        (
             GOOD.replace("kind: tls}", "kind: tls, max_connections: 0}"),
             "listeners[0] (public).max_connections must be at least 1",
         ),

@@ -43,6 +43,10 @@ pub struct ConfigFile {
     /// One line per connection when it ends (default: none).
     #[serde(default)]
     pub access_log: Option<crate::access_log::AccessLogConfig>,
+    /// The most routes accepted from every source together (the file and
+    /// Kubernetes) [default: 100000]; a change with more is refused whole.
+    #[serde(default)]
+    pub max_routes: Option<usize>,
 }
 
 /// `listeners[]`
@@ -241,6 +245,7 @@ impl ConfigFile {
             drain: self.drain,
             reload_interval: self.reload_interval,
             access_log: self.access_log,
+            max_routes: self.max_routes,
             kubernetes: false,
         })
     }

@@ -36,6 +36,8 @@ pub struct GatewaySpec {
     pub kubernetes: bool,
     /// `access_log:`.
     pub access_log: Option<crate::access_log::AccessLogConfig>,
+    /// `max_routes:`.
+    pub max_routes: Option<usize>,
 }
 
 /// A listener as configured; `None` takes the default.
@@ -158,6 +160,7 @@ impl Merge for GatewaySpec {
             )?,
             kubernetes: self.kubernetes || later.kubernetes,
             access_log: one("access_log", self.access_log, later.access_log)?,
+            max_routes: one("max_routes", self.max_routes, later.max_routes)?,
         })
     }
 }

@@ -241,3 +241,24 @@ fn specs_from_two_sources_merge_and_validate_together() {
         .unwrap_err()
         .contains("admin.address is set by two configuration sources"));
 }
+
+#[test]
+fn max_routes_refuses_a_flood_whole() {
+    let routes = |n: usize| {
+        let mut text = String::from(
+            "listeners: [{name: l, address: 127.0.0.1:1, kind: tls}]\nmax_routes: 2\nroutes:\n",
+        );
+        for i in 0..n {
+            text.push_str(&format!(
+                "  - {{name: r{i}, hostnames: [r{i}.example.com], backends: [{{address: 127.0.0.1:7}}]}}\n"
+            ));
+        }
+        text
+    };
+    assert!(parse(&routes(2)).is_ok());
+    let e = err(&routes(3));
+    assert!(
+        e.contains("too many routes: 3, more than max_routes (2)"),
+        "{e}"
+    );
+}

@@ -12,6 +12,9 @@ use apiway_core::relay::{RelayConfig, RelayMode};
 use apiway_wire::connect::Authority;
 
 use super::spec::{GatewaySpec, ListenerDef};
+
+/// Routes accepted at most unless `max_routes` says.
+pub const DEFAULT_MAX_ROUTES: usize = 100_000;
 use super::{
     destination_key, BackendGroupSpec, ListenerKind, ListenerSpec, ProxyProtocolMode, RouteSpec,
     SendProxyProtocol, Snapshot,
@@ -23,6 +26,15 @@ use crate::router::SniRouter;
 /// route per hostname, destination and authority, the rules of each
 /// listener kind, limits) and the defaults.
 pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
+    // Before anything is built for them: a flood of routes (a runaway
+    // generator, or TLSRoutes from many namespaces) is refused whole.
+    let max_routes = spec.max_routes.unwrap_or(DEFAULT_MAX_ROUTES);
+    if spec.routes.len() > max_routes {
+        return Err(format!(
+            "too many routes: {}, more than max_routes ({max_routes}); raise max_routes if they are meant to be",
+            spec.routes.len()
+        ));
+    }
     let common = Common::validate(
         &spec.admin,
         "admin.address",
