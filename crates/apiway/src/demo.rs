@@ -19,7 +19,21 @@ use apiway_standin::{https_get, Ca, StandinConfig, StandinServer};
 const A: &str = "api.a.example.com";
 const B: &str = "api.b.example.com";
 
-pub async fn run() -> Result<()> {
+/// `apiway demo` flags.
+#[derive(clap::Args, Debug)]
+pub struct DemoArgs {
+    /// After the narration, keep the gateway and the stand-ins running,
+    /// write the CA, a client certificate and a kubeconfig, print curl and
+    /// kubectl commands to try, and stay up until Ctrl-C or SIGTERM.
+    #[arg(long)]
+    keep_running: bool,
+    /// Where --keep-running writes its files [default: a new directory
+    /// under the system's temporary directory].
+    #[arg(long, value_name = "DIR", requires = "keep_running")]
+    dir: Option<std::path::PathBuf>,
+}
+
+pub async fn run(args: DemoArgs) -> Result<()> {
     let loopback = "127.0.0.1:0".parse()?;
     let ca = Ca::new("apiway demo CA")?;
     let cert_a = ca.issue_server(&[A, "kubernetes.default"], &[])?;
@@ -234,9 +248,70 @@ drain: {{ delay: 0s, grace_period: 1s }}
         bail!("{failed} requests failed while a backend was down");
     }
     tunnel(&ca, a2.addr(), b1.addr()).await?;
+    if args.keep_running {
+        let dir = match args.dir {
+            Some(d) => {
+                std::fs::create_dir_all(&d).with_context(|| format!("--dir {}", d.display()))?;
+                d
+            }
+            None => tempfile::Builder::new()
+                .prefix("apiway-demo-")
+                .tempdir()?
+                .keep(),
+        };
+        keep_running(&dir, &ca, &client, gw, admin).await?;
+    }
     running.shutdown(std::future::ready(())).await;
     drop((a2, b1));
     println!("\ndemo finished: no request failed while a backend went down.");
+    Ok(())
+}
+
+/// Writes what curl and kubectl need, prints commands, and waits for
+/// Ctrl-C or SIGTERM. The kubeconfig is written last (renamed into place):
+/// once it exists, everything it names answers.
+async fn keep_running(
+    dir: &std::path::Path,
+    ca: &Ca,
+    client: &apiway_standin::pki::Issued,
+    gw: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+) -> Result<()> {
+    let ca_pem = dir.join("ca.pem");
+    std::fs::write(&ca_pem, ca.cert_pem())?;
+    let (cert, key) = client.write(dir, "demo-admin")?;
+    let kubeconfig = dir.join("kubeconfig");
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: cluster-a\nclusters:\n\
+         - name: cluster-a\n  cluster:\n    server: https://{gw}\n    tls-server-name: {A}\n    certificate-authority: {ca}\n\
+         - name: cluster-b\n  cluster:\n    server: https://{gw}\n    tls-server-name: {B}\n    certificate-authority: {ca}\n\
+         users:\n- name: demo-admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\n\
+         contexts:\n- name: cluster-a\n  context: {{cluster: cluster-a, user: demo-admin}}\n\
+         - name: cluster-b\n  context: {{cluster: cluster-b, user: demo-admin}}\n",
+        ca = ca_pem.display(),
+        cert = cert.display(),
+        key = key.display(),
+    );
+    let partial = dir.join("kubeconfig.partial");
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, &kubeconfig)?;
+    let port = gw.port();
+    println!(
+        "\nstill running; try (both clusters answer through one gateway port, routed by SNI):\n\
+         \n  curl --cacert {ca} --resolve {A}:{port}:127.0.0.1 https://{A}:{port}/version\
+         \n  curl --cacert {ca} --cert {cert} --key {key} --resolve {B}:{port}:127.0.0.1 https://{B}:{port}/api\
+         \n  kubectl --kubeconfig {kc} --context cluster-a version\
+         \n  kubectl --kubeconfig {kc} --context cluster-b version\
+         \n  curl http://{admin}/metrics\
+         \n\nfiles in {dir}; Ctrl-C to stop.",
+        ca = ca_pem.display(),
+        cert = cert.display(),
+        key = key.display(),
+        kc = kubeconfig.display(),
+        dir = dir.display(),
+    );
+    apiway_core::drain::termination_signal().await;
+    println!("stopping.");
     Ok(())
 }
 

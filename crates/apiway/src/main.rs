@@ -65,8 +65,9 @@ enum Role {
     TunnelServer(Box<TunnelServerArgs>),
     /// Run a whole topology on loopback: a gateway in front of stand-in API
     /// servers for two clusters; shows routing by SNI, health-check
-    /// ejection and the node-to-control-plane tunnel, then exits.
-    Demo,
+    /// ejection and the node-to-control-plane tunnel, then exits (or, with
+    /// --keep-running, stays up for curl and kubectl until Ctrl-C).
+    Demo(demo::DemoArgs),
     /// What apiway-client sees for a kubeconfig's cluster: the origin, the
     /// alternatives from --alternative-hosts, `Alt-Svc` and the
     /// `default/kubernetes` EndpointSlices, each probed (connect, verified
@@ -394,7 +395,7 @@ fn init_logging(format: LogFormat, level: &str) {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let default_level = match cli.role {
-        Role::Demo => "warn",
+        Role::Demo(_) => "warn",
         // Failed probes are in the output already.
         Role::Endpoints(_) => "error",
         _ => "info",
@@ -459,7 +460,7 @@ fn main() -> std::process::ExitCode {
                 let sources = file_and_flags(config, apiway_tunnel::config::parse_file, settings, &run);
                 run_role::<apiway_tunnel::server::TunnelServer>(sources, run).await
             }
-            Role::Demo => demo::run().await,
+            Role::Demo(args) => demo::run(args).await,
             Role::Endpoints(args) => endpoints::run(args).await,
             Role::Bootstrap(command) => bootstrap::run(command).await,
             Role::Standin {

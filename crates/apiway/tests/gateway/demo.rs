@@ -58,3 +58,45 @@ async fn demo_shows_both_clusters_answering_and_the_ejection() -> Result<()> {
     ensure!(stdout.contains("demo finished"));
     Ok(())
 }
+
+/// `apiway demo --keep-running --dir D` stays up with a kubeconfig that
+/// kubectl uses as it is (both clusters through one gateway port, by SNI),
+/// and stops on SIGINT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_keeps_running_for_kubectl_until_interrupted() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut command = std::process::Command::new(APIWAY);
+    command
+        .args(["demo", "--keep-running", "--dir"])
+        .arg(dir.path())
+        .env("NO_COLOR", "1");
+    let mut process = apiway_test_support::process::Launcher::new(command).spawn()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let started = std::time::Instant::now();
+    while !kubeconfig.exists() {
+        ensure!(
+            started.elapsed() < Duration::from_secs(30),
+            "no kubeconfig after 30 s: {}",
+            process.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for context in ["cluster-a", "cluster-b"] {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--context", context, "version", "-o", "json"])
+            .output()
+            .await?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success() && text.contains("apiway-standin"),
+            "kubectl --context {context} version: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    process.signal(rustix::process::Signal::INT)?;
+    let status = process.wait_exit(Duration::from_secs(10)).await?;
+    ensure!(status.success(), "exit {status}: {}", process.log_text());
+    Ok(())
+}
