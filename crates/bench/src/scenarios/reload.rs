@@ -144,6 +144,22 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
     }
     let json_row =
         apply_row(n, "JSON", &json_applies, &mut report.notes).target(Target::AtMost(50.0));
+    // Back to a small configuration: does the memory of the large one
+    // return? (HAProxy and nginx reload into new processes; apiway
+    // replaces its tables in place, and what returns to the system is up
+    // to the allocator.)
+    let mut after_row = Row::new(
+        "reload",
+        &format!("PSS after going back from {n} routes to 2"),
+        "MiB",
+        Better::Lower,
+        1,
+    );
+    for &c in &proxies {
+        lineup.reload(c, big_routes(backend.addr(), 2, 0)).await?;
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        after_row.set(c, lineup.pss_bytes(c)? as f64 / f64::from(1u32 << 20));
+    }
     let mut wall_row = Row::new(
         "reload",
         &format!("reload {n} routes, wall time"),
@@ -161,9 +177,9 @@ async fn big_config(settings: &Settings) -> Result<ScenarioReport> {
             list(values, 0)
         ));
     }
-    report
-        .rows
-        .extend([start_row, yaml_row, json_row, wall_row, memory_row]);
+    report.rows.extend([
+        start_row, yaml_row, json_row, wall_row, memory_row, after_row,
+    ]);
     Ok(report)
 }
 
