@@ -135,16 +135,15 @@ pub async fn run(args: EndpointsArgs) -> Result<()> {
     let discovery = if args.no_discovery {
         None
     } else {
-        let outcome = client.discover_now().await.map_err(|e| e.to_string());
+        let outcome = client.discover_now().await;
         if let Err(e) = &outcome {
-            // The client's discovery errors already say where they come from.
-            notes.push(if e.starts_with("EndpointSlice discovery") {
-                e.clone()
-            } else {
-                format!("EndpointSlice discovery: {e}")
+            notes.push(match e {
+                // Its message already says it is about discovery.
+                apiway_client::Error::Discovery(_) => e.to_string(),
+                other => format!("EndpointSlice discovery: {other}"),
             });
         }
-        Some(outcome)
+        Some(outcome.map_err(|e| e.to_string()))
     };
 
     let reports = client.probe().await;
@@ -156,10 +155,7 @@ pub async fn run(args: EndpointsArgs) -> Result<()> {
             ("readyz", &r.readyz),
         ] {
             if let Stage::Failed(reason) = outcome {
-                // A reason that names the address already says it once.
-                let reason = reason
-                    .strip_prefix(&format!("{}: ", r.address))
-                    .unwrap_or(reason);
+                let reason = apiway_core::endpoint::failover::reason_after(&r.address, reason);
                 notes.push(format!("{}: {stage}: {reason}", r.address));
             }
         }

@@ -19,13 +19,7 @@ pub struct Attempt {
 
 impl std::fmt::Display for Attempt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // A reason that names the address (an IP endpoint's connect error)
-        // says it once.
-        let reason = self
-            .reason
-            .strip_prefix(self.endpoint.as_str())
-            .and_then(|r| r.strip_prefix(": "))
-            .unwrap_or(&self.reason);
+        let reason = apiway_core::endpoint::failover::reason_after(&self.endpoint, &self.reason);
         write!(f, "{}: {reason}", self.endpoint)
     }
 }

@@ -12,12 +12,11 @@ use apiway_core::endpoint::EndpointSet;
 use apiway_core::metrics::BackendMetrics;
 use apiway_core::relay::RelayConfig;
 use apiway_wire::connect::Authority;
-use apiway_wire::proxy::Version;
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, BackendGroupSpec, RouteSpec, SendProxyProtocol, Snapshot};
+use crate::config::{self, BackendGroupSpec, RouteSpec, Snapshot};
 use crate::metrics::{GatewayMetrics, RouteLabels};
 use crate::router::SniRouter;
 
@@ -84,12 +83,8 @@ impl Route {
 fn connector(spec: &RouteSpec) -> TcpConnector {
     let via = match spec.send_proxy_protocol {
         None => Via::Direct,
-        Some(SendProxyProtocol::V1) => Via::ProxyHeader {
-            version: Version::V1,
-            authority: None,
-        },
-        Some(SendProxyProtocol::V2) => Via::ProxyHeader {
-            version: Version::V2,
+        Some(p) => Via::ProxyHeader {
+            version: p.version(),
             authority: None,
         },
     };

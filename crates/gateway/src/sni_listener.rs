@@ -37,7 +37,7 @@ pub(crate) async fn prepare(
         spec.max_client_hello_bytes,
         deadline,
     );
-    let hello = match read.await {
+    let mut hello = match read.await {
         Ok(hello) => hello,
         Err(e) => {
             let Some((reason, alert)) = failure(&e) else {
@@ -66,10 +66,8 @@ pub(crate) async fn prepare(
         return None;
     };
     drop(spec);
-    let matched = listener
-        .logging()
-        .then(|| hello.server_name.clone())
-        .flatten();
+    // Moved out, not copied: the access log may want it.
+    let matched = std::mem::take(&mut hello.server_name);
     drop(hello);
 
     let origin = || headers.origin(&client, peer, listen);

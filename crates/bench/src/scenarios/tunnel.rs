@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use apiway_standin::pki::Ca;
-use apiway_test_support::peers::{free_port, proc_memory, process_tree};
+use apiway_test_support::peers::{free_port, proc_memory, process_tree, require_binary};
 use apiway_test_support::process::{ChildProcess, Launcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -152,16 +152,18 @@ impl Forwarder {
     fn pss_kb(&self) -> Vec<(String, u64)> {
         self.processes
             .iter()
-            .map(|p| {
-                let pss = process_tree(p.pid())
-                    .into_iter()
-                    .filter_map(|pid| proc_memory(pid).ok())
-                    .map(|m| m.pss_kb)
-                    .sum();
-                (p.log_path().display().to_string(), pss)
-            })
+            .map(|p| (p.log_path().display().to_string(), tree_pss_kb(p.pid())))
             .collect()
     }
+}
+
+/// PSS of `pid` and its children, in KiB.
+fn tree_pss_kb(pid: u32) -> u64 {
+    process_tree(pid)
+        .into_iter()
+        .filter_map(|pid| proc_memory(pid).ok())
+        .map(|m| m.pss_kb)
+        .sum()
 }
 
 fn launch(
@@ -435,23 +437,17 @@ async fn stunnel(dir: &Path, pki: &Pki, d: &Destinations) -> Result<Forwarder> {
 /// the control-plane side (it dials the destinations). `RATHOLE` names the
 /// program [default: `rathole` on PATH, then `~/.cargo/bin/rathole`].
 async fn rathole(dir: &Path, pki: &Pki, d: &Destinations) -> Result<Forwarder> {
-    let program = std::env::var_os("RATHOLE")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("PATH").and_then(|paths| {
-                std::env::split_paths(&paths)
-                    .map(|p| p.join("rathole"))
-                    .find(|p| p.is_file())
-            })
-        })
-        .or_else(|| {
+    let program = match std::env::var_os("RATHOLE") {
+        Some(p) => PathBuf::from(p),
+        None => require_binary("rathole").or_else(|_| {
             std::env::var_os("HOME")
                 .map(|h| PathBuf::from(h).join(".cargo/bin/rathole"))
                 .filter(|p| p.is_file())
-        })
-        .context(
-            "not installed (cargo install --locked rathole --no-default-features --features server,client,tls)",
-        )?;
+                .context(
+                    "not installed (cargo install rathole --no-default-features --features server,client,tls)",
+                )
+        })?,
+    };
     let dir = tempfile::Builder::new()
         .prefix("rathole-")
         .tempdir_in(dir)?
@@ -711,13 +707,7 @@ async fn memory_per_agent(
     use apiway_tunnel::client::{ClientSettings, TunnelClient};
 
     let (mut server, tunnel) = apiway_server(apiway, dir, pki, d).await?;
-    let pss = || -> u64 {
-        process_tree(server.pid())
-            .into_iter()
-            .filter_map(|pid| proc_memory(pid).ok())
-            .map(|m| m.pss_kb)
-            .sum()
-    };
+    let pss = || tree_pss_kb(server.pid());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = pss();
     let spec = EndpointSetSpec {

@@ -190,17 +190,7 @@ async fn probe(endpoint: &Endpoint, check: &HealthCheck) -> Result<(), String> {
     };
     let preface = check.send_proxy.preface();
     match &check.probe {
-        Probe::Tcp => {
-            let mut tcp = TcpStream::connect(addr)
-                .await
-                .map_err(|e| format!("connect {addr}: {e}"))?;
-            if !preface.is_empty() {
-                tcp.write_all(&preface)
-                    .await
-                    .map_err(|e| format!("PROXY header to {addr}: {e}"))?;
-            }
-            Ok(())
-        }
+        Probe::Tcp => connect_with(addr, &preface).await.map(drop),
         Probe::Https {
             path,
             tls,
@@ -249,14 +239,7 @@ pub async fn https_get_with(
     let name = tls.server_name.clone().unwrap_or_else(|| host.to_owned());
     let server_name = rustls_pki_types::ServerName::try_from(name.clone())
         .map_err(|e| format!("server name `{name}`: {e}"))?;
-    let mut tcp = TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    if !preface.is_empty() {
-        tcp.write_all(preface)
-            .await
-            .map_err(|e| format!("PROXY header to {addr}: {e}"))?;
-    }
+    let tcp = connect_with(addr, preface).await?;
     let stream = tokio_rustls::TlsConnector::from(config)
         .connect(server_name, tcp)
         .await
@@ -289,6 +272,20 @@ pub async fn https_get_with(
         )),
         _ => Err(format!("GET {path} on {addr} answered {status}")),
     }
+}
+
+/// A TCP connection to `addr` with `preface` (a PROXY header, or nothing)
+/// already sent: what every probe starts with.
+async fn connect_with(addr: SocketAddr, preface: &[u8]) -> Result<TcpStream, String> {
+    let mut tcp = TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    if !preface.is_empty() {
+        tcp.write_all(preface)
+            .await
+            .map_err(|e| format!("PROXY header to {addr}: {e}"))?;
+    }
+    Ok(tcp)
 }
 
 /// An error with its causes (hyper's own message is often just

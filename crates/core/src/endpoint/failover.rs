@@ -111,6 +111,16 @@ pub async fn connect_address(
     connect_any(&addrs, timeout).await
 }
 
+/// `reason` without a leading `endpoint: `: a connect error names the
+/// address it tried, which for an IP endpoint is the endpoint itself, so a
+/// line that starts with the endpoint says it once.
+pub fn reason_after<'a>(endpoint: &str, reason: &'a str) -> &'a str {
+    reason
+        .strip_prefix(endpoint)
+        .and_then(|r| r.strip_prefix(": "))
+        .unwrap_or(reason)
+}
+
 /// A resolution bounded by [`DNS_TIMEOUT`]: an unresolvable name must not
 /// hold a client for the resolver's own, much longer, retry schedule.
 async fn bounded_dns<T>(lookup: impl Future<Output = io::Result<T>>) -> Result<T, String> {

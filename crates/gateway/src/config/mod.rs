@@ -62,6 +62,16 @@ pub enum SendProxyProtocol {
     V2,
 }
 
+impl SendProxyProtocol {
+    /// The header's version, as the connector and the health check send it.
+    pub fn version(self) -> apiway_wire::proxy::Version {
+        match self {
+            SendProxyProtocol::V1 => apiway_wire::proxy::Version::V1,
+            SendProxyProtocol::V2 => apiway_wire::proxy::Version::V2,
+        }
+    }
+}
+
 /// A validated listener.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ListenerSpec {

@@ -12,15 +12,15 @@ use apiway_core::relay::{RelayConfig, RelayMode};
 use apiway_wire::connect::Authority;
 
 use super::spec::{GatewaySpec, ListenerDef};
-
-/// Routes accepted at most unless `max_routes` says.
-pub const DEFAULT_MAX_ROUTES: usize = 100_000;
 use super::{
     destination_key, BackendGroupSpec, ListenerKind, ListenerSpec, ProxyProtocolMode, RouteSpec,
-    SendProxyProtocol, Snapshot,
+    Snapshot,
 };
 use crate::cidr::TrustedSources;
 use crate::router::SniRouter;
+
+/// Routes accepted at most unless `max_routes` says.
+pub const DEFAULT_MAX_ROUTES: usize = 100_000;
 
 /// Validates a spec: what needs the whole configuration (unique names, one
 /// route per hostname, destination and authority, the rules of each
@@ -184,10 +184,7 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
             .map(|mut h| {
                 // Checks carry the header the route's connections carry
                 // (HAProxy's `check-send-proxy`), unless they say otherwise.
-                let sent = r.send_proxy_protocol.map(|p| match p {
-                    SendProxyProtocol::V1 => apiway_wire::proxy::Version::V1,
-                    SendProxyProtocol::V2 => apiway_wire::proxy::Version::V2,
-                });
+                let sent = r.send_proxy_protocol.map(super::SendProxyProtocol::version);
                 h.send_proxy = h.send_proxy.for_route(sent);
                 h
             });
