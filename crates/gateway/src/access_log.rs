@@ -59,16 +59,21 @@ pub(crate) struct Pending {
     /// the CONNECT authority.
     matched: Option<String>,
     backend: String,
+    /// Client bytes sent to the backend before the relay (the replayed
+    /// ClientHello or what followed a header), which the relay's count
+    /// does not include.
+    replayed: u64,
 }
 
 impl Pending {
     /// Starts timing a connection to `backend` routed by `matched`.
-    pub(crate) fn new(matched: Option<String>, backend: String) -> Box<Pending> {
+    pub(crate) fn new(matched: Option<String>, backend: String, replayed: usize) -> Box<Pending> {
         Box::new(Pending {
             start: SystemTime::now(),
             started: Instant::now(),
             matched,
             backend,
+            replayed: replayed as u64,
         })
     }
 }
@@ -122,6 +127,7 @@ impl AccessLog {
                 matched: pending.matched.as_deref(),
                 route,
                 backend: &pending.backend,
+                to_backend: pending.replayed + outcome.client_to_backend,
                 outcome,
                 duration: pending.started.elapsed(),
             },
@@ -140,6 +146,8 @@ struct Line<'a> {
     matched: Option<&'a str>,
     route: &'a str,
     backend: &'a str,
+    /// Client bytes that reached the backend, the replayed ones included.
+    to_backend: u64,
     outcome: &'a RelayOutcome,
     duration: Duration,
 }
@@ -164,7 +172,7 @@ fn format_line(format: AccessLogFormat, l: &Line<'_>) -> String {
             "matched": l.matched,
             "route": l.route,
             "backend": l.backend,
-            "bytes_to_backend": l.outcome.client_to_backend,
+            "bytes_to_backend": l.to_backend,
             "bytes_to_client": l.outcome.backend_to_client,
             "duration_ms": (duration_ms * 1000.0).round() / 1000.0,
             "end": end_word(l.outcome.end),
@@ -178,7 +186,7 @@ fn format_line(format: AccessLogFormat, l: &Line<'_>) -> String {
             text_value(l.matched.unwrap_or("-")),
             text_value(l.route),
             text_value(l.backend),
-            l.outcome.client_to_backend,
+            l.to_backend,
             l.outcome.backend_to_client,
             duration_ms,
             end_word(l.outcome.end),
@@ -237,6 +245,7 @@ mod tests {
             matched,
             route: "cluster-a",
             backend: "10.0.0.1:6443",
+            to_backend: 517,
             outcome: Box::leak(Box::new(RelayOutcome {
                 client_to_backend: 517,
                 backend_to_client: 4096,

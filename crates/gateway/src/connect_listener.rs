@@ -105,6 +105,7 @@ pub(crate) async fn prepare(
         connected,
         &route,
         listener,
+        rest.len(),
         || Some(authority.to_string()),
     ))
 }

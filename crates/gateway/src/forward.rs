@@ -26,13 +26,15 @@ pub(crate) struct Prepared {
 }
 
 /// The [`Prepared`] connection between `client` and the backend `route`
-/// gave it; `matched` is what routed it (the SNI, destination or
-/// authority), asked for only when `listener` logs connections.
+/// gave it, after [`open`] sent it `replayed` bytes of the client's;
+/// `matched` is what routed it (the SNI, destination or authority), asked
+/// for only when `listener` logs connections.
 pub(crate) fn prepared(
     client: TcpStream,
     connected: Connected,
     route: &Route,
     listener: &crate::listener_state::ListenerState,
+    replayed: usize,
     matched: impl FnOnce() -> Option<String>,
 ) -> Prepared {
     tracing::debug!(
@@ -41,7 +43,11 @@ pub(crate) fn prepared(
         "relaying"
     );
     let log = listener.logging().then(|| {
-        crate::access_log::Pending::new(matched(), connected.lease.endpoint().name().to_owned())
+        crate::access_log::Pending::new(
+            matched(),
+            connected.lease.endpoint().name().to_owned(),
+            replayed,
+        )
     });
     Prepared {
         relaying: apiway_core::forward::relay(client, connected, &route.relay),

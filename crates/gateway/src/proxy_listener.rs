@@ -59,6 +59,7 @@ pub(crate) async fn prepare(
             connected,
             &route,
             listener,
+            rest.len(),
             || Some(origin.destination.to_string()),
         )),
         // The stream is the client's (usually TLS): no answer of ours

@@ -77,6 +77,7 @@ pub(crate) async fn prepare(
             connected,
             &route,
             listener,
+            hello_bytes.len(),
             || matched,
         )),
         Err(OpenFailure::Unavailable) => {
