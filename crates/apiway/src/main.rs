@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod bootstrap;
 mod demo;
 mod endpoints;
+mod memory;
 
 /// Keeps Kubernetes components connected to their API servers, and lets one
 /// load balancer serve many API servers.
@@ -342,6 +343,7 @@ async fn run_role<R: apiway_core::runtime::Role>(
         apiway_core::runtime::RunOptions {
             ready_file: args.ready_file,
             node,
+            after_reload: Some(memory::release_freed),
         },
     )
     .await

@@ -591,3 +591,95 @@ async fn endpoints_says_each_problem_once_in_kubectls_words() -> Result<()> {
     drop(process);
     Ok(())
 }
+
+/// `apiway endpoints` with a kubeconfig whose user is an exec credential
+/// plugin (what EKS, GKE and AKS kubeconfigs hold): the plugin's token
+/// authenticates discovery against a stand-in that requires tokens, and
+/// kubectl with the same kubeconfig agrees; a plugin that fails is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_runs_exec_credential_plugins() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let pki = dir.path().join("pki");
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "plugin-token,alice,1,\"system:masters\"\n")?;
+    let tokens = tokens.to_string_lossy().into_owned();
+    let (process, _addr) =
+        self_signed_standin(&pki, &["--kubernetes-api", "--token-file", &tokens]).await?;
+    let written = std::fs::read_to_string(pki.join("kubeconfig"))?;
+    ensure!(written.contains("    token: standin\n"), "{written}");
+    // A kubeconfig whose user runs `plugin`, which prints `token`.
+    let with_plugin = |name: &str, token: &str, exit: u8| -> Result<std::path::PathBuf> {
+        let plugin = dir.path().join(format!("{name}.sh"));
+        let runs = dir.path().join(format!("{name}.runs"));
+        std::fs::write(
+            &plugin,
+            format!(
+                "#!/bin/sh\necho run >> {runs}\n[ {exit} = 0 ] || {{ echo 'token service unavailable' >&2; exit {exit}; }}\nprintf '%s' '{{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\",\"status\":{{\"token\":\"{token}\",\"expirationTimestamp\":\"2999-01-01T00:00:00Z\"}}}}'\n",
+                runs = runs.display()
+            ),
+        )?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755))?;
+        let path = dir.path().join(format!("{name}.kubeconfig"));
+        std::fs::write(
+            &path,
+            written.replace(
+                "    token: standin\n",
+                &format!(
+                    "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: {}\n      interactiveMode: Never\n",
+                    plugin.display()
+                ),
+            ),
+        )?;
+        Ok(path)
+    };
+    let endpoints = |kubeconfig: &std::path::Path| -> Result<(bool, Value, String)> {
+        let out = std::process::Command::new(APIWAY)
+            .args(["endpoints", "--output", "json", "--kubeconfig"])
+            .arg(kubeconfig)
+            .output()?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let report = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+        Ok((out.status.success(), report, format!("{stdout}{stderr}")))
+    };
+
+    let good = with_plugin("good", "plugin-token", 0)?;
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&good)
+        .args(["get", "endpointslices", "-n", "default"])
+        .output()
+        .await?;
+    ensure!(
+        out.status.success(),
+        "kubectl with the plugin: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ok, report, text) = endpoints(&good)?;
+    ensure!(ok, "{text}");
+    ensure!(
+        report["discovery"]["endpoints"].is_u64(),
+        "discovery listed EndpointSlices with the plugin's token: {text}"
+    );
+    ensure!(dir.path().join("good.runs").exists(), "the plugin ran");
+
+    // The same through a token the API server does not know: discovery is
+    // refused, so the token in use is the plugin's.
+    let wrong = with_plugin("wrong", "unknown-token", 0)?;
+    let (_, report, text) = endpoints(&wrong)?;
+    let error = report["discovery"]["error"].as_str().unwrap_or_default();
+    ensure!(
+        error.contains("401") || error.contains("Unauthorized"),
+        "{text}"
+    );
+
+    // A plugin that fails: its command and its words are in the error.
+    let failing = with_plugin("failing", "x", 3)?;
+    let (ok, _, text) = endpoints(&failing)?;
+    ensure!(!ok, "{text}");
+    ensure!(text.contains("failing.sh"), "the plugin is named: {text}");
+    ensure!(text.contains("token service unavailable"), "{text}");
+    drop(process);
+    Ok(())
+}

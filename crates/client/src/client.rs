@@ -15,7 +15,7 @@ use apiway_core::endpoint::choice::{Block, ChoicePolicy, EndpointChoice, Failure
 use apiway_core::endpoint::failover::{self, Pool, Reached};
 use apiway_core::endpoint::{is_local_ip, Address, Host};
 use bytes::Bytes;
-use http::header::HOST;
+use http::header::{AUTHORIZATION, HOST};
 use http::{HeaderValue, Method, Request, Response, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -206,6 +206,17 @@ impl Client {
             .cloned()
             .ok_or_else(|| Error::InvalidRequest(format!("`{}` has no path", parts.uri)))?;
         parts.headers.remove(HOST);
+        if let Some(credentials) = &self.inner.config.credentials {
+            if !parts.headers.contains_key(AUTHORIZATION) {
+                if let Some(value) = credentials
+                    .authorization()
+                    .await
+                    .map_err(Error::Credentials)?
+                {
+                    parts.headers.insert(AUTHORIZATION, value);
+                }
+            }
+        }
         for (name, value) in &self.inner.config.headers {
             if !parts.headers.contains_key(name) {
                 parts.headers.insert(name.clone(), value.clone());

@@ -63,6 +63,12 @@ pub struct ClientConfig {
     /// Headers added to every request that does not set them itself, e.g.
     /// `Authorization: Bearer <service account token>` (default none).
     pub headers: http::HeaderMap,
+    /// Where the `Authorization` header comes from when it changes over
+    /// time (an exec credential plugin, a rotated token file; default
+    /// none). Asked before each request that has no `Authorization`
+    /// header of its own; takes precedence over one in
+    /// [`headers`](Self::headers).
+    pub credentials: Option<Arc<dyn crate::Credentials>>,
 }
 
 impl ClientConfig {
@@ -85,6 +91,7 @@ impl ClientConfig {
             keepalive_timeout: Duration::from_millis(500),
             metrics: crate::ClientMetrics::default(),
             headers: http::HeaderMap::new(),
+            credentials: None,
         })
     }
 
@@ -95,11 +102,11 @@ impl ClientConfig {
     }
 
     /// Sends `Authorization: Bearer <token>` with every request (the
-    /// token is marked sensitive, so HTTP/2 never indexes it).
+    /// token is marked sensitive, so HTTP/2 never indexes it). For a token
+    /// that rotates, set [`credentials`](Self::credentials) to a
+    /// [`TokenFile`](crate::TokenFile).
     pub fn with_bearer_token(mut self, token: &str) -> Result<ClientConfig, Error> {
-        let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-            .map_err(|_| Error::InvalidToken)?;
-        value.set_sensitive(true);
+        let value = crate::credentials::bearer(token).ok_or(Error::InvalidToken)?;
         self.headers.insert(http::header::AUTHORIZATION, value);
         Ok(self)
     }

@@ -58,6 +58,11 @@ pub enum Error {
     /// `kube`): the reason names the setting and what to do instead.
     #[error("kube config: {0}")]
     KubeConfig(String),
+    /// [`ClientConfig::credentials`](crate::ClientConfig::credentials)
+    /// gave no `Authorization` value (an exec credential plugin failed, a
+    /// token file cannot be read); the request was not sent.
+    #[error("getting credentials: {0}")]
+    Credentials(String),
     /// The request cannot be sent as given (its URI has no path, a header
     /// cannot be carried over HTTP/2, ...).
     #[error("invalid request: {0}")]

@@ -5,10 +5,15 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::Empty;
 use kube::client::ConfigExt;
 use secrecy::ExposeSecret;
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, ServiceExt};
 
 use crate::config::ClientConfig;
+use crate::credentials::{AuthorizationFuture, Credentials, TokenFile};
 use crate::error::Error;
 
 impl ClientConfig {
@@ -19,17 +24,20 @@ impl ClientConfig {
     /// - TLS is kube's own rustls config: the cluster's CA (or the system
     ///   roots when the kubeconfig names none) and the client certificate
     ///   and key, if any;
-    /// - `token`, or else the contents of `token_file`, is sent as a bearer
-    ///   token. The file is read once, here: a rotating service-account
-    ///   token needs a new client before it expires, or the HTTP/1.1 path
-    ///   ([`Client::http1_kube_client`](crate::Client::http1_kube_client)),
-    ///   whose kube auth layer re-reads it;
+    /// - `token` is sent as a bearer token; a `token_file` becomes a
+    ///   [`TokenFile`] (read again once a minute, so a rotated
+    ///   service-account token is picked up); an `exec` credential plugin
+    ///   (the kind EKS, GKE and AKS kubeconfigs use) runs through kube's own
+    ///   auth layer: here, and again when its token is a minute from its
+    ///   `expirationTimestamp`. A plugin that returns a client certificate
+    ///   instead is run here for the TLS settings; the certificate is not
+    ///   renewed while the client runs;
     /// - extra `headers` are sent with every request; `connect_timeout`
     ///   is used for TCP connects.
     ///
-    /// Refused with [`Error::KubeConfig`]: exec plugins and auth providers
-    /// (use the HTTP/1.1 path), basic auth, impersonation, a proxy URL and
-    /// `insecure-skip-tls-verify` (give the cluster's CA instead).
+    /// Refused with [`Error::KubeConfig`]: auth providers (use an exec
+    /// plugin or the HTTP/1.1 path), basic auth, impersonation, a proxy URL
+    /// and `insecure-skip-tls-verify` (give the cluster's CA instead).
     pub fn from_kube_config(config: &kube::Config) -> Result<ClientConfig, Error> {
         refuse_unsupported(config)?;
         let tls = config
@@ -44,9 +52,13 @@ impl ClientConfig {
         if let Some(token) = &auth.token {
             out = out.with_bearer_token(token.expose_secret())?;
         } else if let Some(path) = &auth.token_file {
-            let token = std::fs::read_to_string(path)
-                .map_err(|e| Error::KubeConfig(format!("reading the token file {path}: {e}")))?;
-            out = out.with_bearer_token(&token)?;
+            let file = TokenFile::new(path).map_err(|e| Error::KubeConfig(e.to_string()))?;
+            out.credentials = Some(Arc::new(file));
+        } else if let Some(exec) = &auth.exec {
+            out.credentials = exec_credentials(config).map_err(|e| {
+                let command = exec.command.as_deref().unwrap_or("?");
+                Error::KubeConfig(format!("exec credential plugin `{command}`: {e}"))
+            })?;
         }
         for (name, value) in &config.headers {
             out.headers.append(name.clone(), value.clone());
@@ -68,12 +80,8 @@ fn refuse_unsupported(config: &kube::Config) -> Result<(), Error> {
             "proxy-url is not supported: the client dials API server endpoints directly",
         ),
         (
-            auth.exec.is_some(),
-            "exec credential plugins are not supported on the HTTP/2 path: use Client::http1_kube_client, whose kube auth layer runs them",
-        ),
-        (
             auth.auth_provider.is_some(),
-            "auth-provider is not supported on the HTTP/2 path: use Client::http1_kube_client",
+            "auth-provider is not supported: use an exec credential plugin (kubelogin, gke-gcloud-auth-plugin, aws eks get-token) instead",
         ),
         (
             auth.username.is_some() || auth.password.is_some(),
@@ -91,6 +99,87 @@ fn refuse_unsupported(config: &kube::Config) -> Result<(), Error> {
         Some((_, reason)) => Err(Error::KubeConfig(reason.to_owned())),
         None => Ok(()),
     }
+}
+
+/// kube's auth layer for `config` (an exec plugin), as [`Credentials`];
+/// `None` when it adds no header (the plugin gave a client certificate).
+fn exec_credentials(config: &kube::Config) -> Result<Option<Arc<dyn Credentials>>, String> {
+    let Some(layer) = config.auth_layer().map_err(|e| error_chain(&e))? else {
+        return Ok(None);
+    };
+    // The layer adds the header to a request; the service under it hands
+    // the header back (as a response, which is what kube's layers wrap).
+    let header = tower::service_fn(|request: http::Request<Empty<Bytes>>| async move {
+        Ok::<_, tower::BoxError>(http::Response::new(
+            request.headers().get(http::header::AUTHORIZATION).cloned(),
+        ))
+    });
+    let service = layer.layer(header).map_response(http::Response::into_body);
+    Ok(Some(Arc::new(KubeCredentials {
+        service: BoxCloneSyncService::new(service),
+    })))
+}
+
+/// `Authorization` values from kube's auth layer, which caches them and
+/// refreshes them when they expire (exec plugins) or once a minute (token
+/// files).
+struct KubeCredentials {
+    service: BoxCloneSyncService<
+        http::Request<Empty<Bytes>>,
+        Option<http::HeaderValue>,
+        tower::BoxError,
+    >,
+}
+
+impl std::fmt::Debug for KubeCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KubeCredentials")
+    }
+}
+
+impl Credentials for KubeCredentials {
+    fn authorization(&self) -> AuthorizationFuture<'_> {
+        let service = self.service.clone();
+        Box::pin(async move {
+            let mut value = service
+                .oneshot(http::Request::new(Empty::new()))
+                .await
+                .map_err(|e| error_chain(&*e))?;
+            if let Some(value) = &mut value {
+                value.set_sensitive(true);
+            }
+            Ok(value)
+        })
+    }
+}
+
+/// An error and its sources, each said once, `: `-separated (kube's auth
+/// errors often repeat their source in their own text); a plugin that
+/// failed is said as its exit status and what it wrote to stderr.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if let Some(kube::client::AuthError::AuthExecRun { out, .. }) = e.downcast_ref() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let stderr = stderr.trim();
+            return match stderr.is_empty() {
+                true => format!("the plugin failed ({})", out.status),
+                false => format!("the plugin failed ({}): {stderr}", out.status),
+            };
+        }
+        next = e.source();
+    }
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        let said = e.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        source = e.source();
+    }
+    text
 }
 
 #[cfg(test)]
@@ -151,6 +240,19 @@ users:
         assert!(authorization.is_sensitive());
     }
 
+    async fn authorization(config: &ClientConfig) -> String {
+        let value = config
+            .credentials
+            .as_ref()
+            .expect("credentials")
+            .authorization()
+            .await
+            .expect("an Authorization value")
+            .expect("a header");
+        assert!(value.is_sensitive());
+        value.to_str().expect("text").to_owned()
+    }
+
     #[tokio::test]
     async fn reads_the_token_file() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -159,21 +261,91 @@ users:
         let text = kubeconfig(dir.path(), &format!("{{tokenFile: {}}}", path.display()));
         let config =
             ClientConfig::from_kube_config(&kube_config(&text).await).expect("supported config");
+        assert_eq!(authorization(&config).await, "Bearer file-token");
+    }
+
+    /// An exec plugin that counts its runs and gives token N on run N,
+    /// expiring at `expiry` (shell words: a timestamp or a `$(date ...)`).
+    fn exec_plugin(dir: &std::path::Path, expiry: &str) -> String {
+        let script = dir.join("plugin.sh");
+        let count = dir.join("count");
+        std::fs::write(
+            &script,
+            format!(
+                r#"#!/bin/sh
+n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 ))
+echo $n > {count}
+printf '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"exec-%s","expirationTimestamp":"%s"}}}}' $n "{expiry}"
+"#,
+                count = count.display()
+            ),
+        )
+        .expect("write plugin");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        format!(
+            "{{exec: {{apiVersion: client.authentication.k8s.io/v1, command: {}, interactiveMode: Never}}}}",
+            script.display()
+        )
+    }
+
+    fn runs(dir: &std::path::Path) -> u32 {
+        std::fs::read_to_string(dir.join("count"))
+            .map(|t| t.trim().parse().expect("count"))
+            .unwrap_or(0)
+    }
+
+    #[tokio::test]
+    async fn exec_plugin_token_is_cached_until_it_expires() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let text = kubeconfig(dir.path(), &exec_plugin(dir.path(), "2999-01-01T00:00:00Z"));
+        let config =
+            ClientConfig::from_kube_config(&kube_config(&text).await).expect("supported config");
+        let first = authorization(&config).await;
+        assert!(first.starts_with("Bearer exec-"), "{first}");
+        let before = runs(dir.path());
+        assert_eq!(authorization(&config).await, first);
         assert_eq!(
-            config
-                .headers
-                .get(http::header::AUTHORIZATION)
-                .expect("token"),
-            "Bearer file-token"
+            runs(dir.path()),
+            before,
+            "a valid token is not fetched again"
         );
+    }
+
+    #[tokio::test]
+    async fn exec_plugin_runs_again_when_the_token_is_about_to_expire() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Within the minute before expiry, so each request asks again.
+        let soon = "$(date -u -d '+30 seconds' +%Y-%m-%dT%H:%M:%SZ)";
+        let text = kubeconfig(dir.path(), &exec_plugin(dir.path(), soon));
+        let config =
+            ClientConfig::from_kube_config(&kube_config(&text).await).expect("supported config");
+        let first = authorization(&config).await;
+        let before = runs(dir.path());
+        let second = authorization(&config).await;
+        assert_eq!(runs(dir.path()), before + 1);
+        assert_ne!(first, second);
+        assert_eq!(second, format!("Bearer exec-{}", before + 1));
+    }
+
+    #[tokio::test]
+    async fn a_failing_exec_plugin_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let text = kubeconfig(
+            dir.path(),
+            "{exec: {apiVersion: client.authentication.k8s.io/v1, command: /nonexistent/get-token}}",
+        );
+        let err = ClientConfig::from_kube_config(&kube_config(&text).await)
+            .expect_err("the plugin cannot run");
+        assert!(err.to_string().contains("/nonexistent/get-token"), "{err}");
     }
 
     #[tokio::test]
     async fn refuses_what_it_cannot_carry() {
         let cases = [
             (
-                r#"{exec: {apiVersion: client.authentication.k8s.io/v1, command: get-token}}"#,
-                "exec credential plugins",
+                r#"{auth-provider: {name: oidc, config: {}}}"#,
+                "exec credential plugin",
             ),
             (r#"{username: a, password: b}"#, "basic auth"),
             (r#"{token: t, as: someone}"#, "impersonation"),

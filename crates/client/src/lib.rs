@@ -92,7 +92,8 @@
 //!
 //! - [`Client::kube_client`] ([`kube_service`]): HTTP/2 through this
 //!   client, with everything above (`/readyz` checks, PING, safe retries,
-//!   `kubernetes.default` on alternatives); no exec plugins, no upgrades.
+//!   `kubernetes.default` on alternatives); exec credential plugins and
+//!   rotated token files through [`Credentials`]; no upgrades.
 //! - [`Client::http1_kube_client`] ([`kube_connector`]): kube's own
 //!   HTTP/1.1 stack, TLS and auth, with this client only choosing where
 //!   each connection goes.
@@ -116,6 +117,7 @@
 mod client;
 mod config;
 mod connect;
+mod credentials;
 pub mod discovery;
 mod discovery_task;
 mod error;
@@ -132,6 +134,7 @@ pub use apiway_core::endpoint::choice::{Block, Failure};
 pub use apiway_core::endpoint::Address;
 pub use client::{Client, EndpointStatus, ProbeReport, Stage, BODY_RETRIES};
 pub use config::{ClientConfig, DEFAULT_ALTERNATIVE_SERVER_NAME};
+pub use credentials::{AuthorizationFuture, Credentials, TokenFile, TOKEN_FILE_REREAD};
 pub use error::{Attempt, Error};
 #[cfg(feature = "kube")]
 pub use kube_connector::{EndpointStream, KubeConnector};
