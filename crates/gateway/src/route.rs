@@ -3,7 +3,7 @@
 //! table is swapped whole on reload; a connection holds the route it was
 //! given, so a reload never touches it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -238,6 +238,13 @@ impl RouteTable {
             };
             routes.push(route);
         }
+        // A route that is gone takes its series with it: a controller that
+        // renames routes must not grow /metrics (and memory) for ever.
+        let kept: HashSet<&str> = routes.iter().map(|r| r.name()).collect();
+        for gone in old.routes.iter().filter(|r| !kept.contains(r.name())) {
+            factory.forget_route(gone.name());
+        }
+        drop(kept);
         drop(by_name);
         self.table.store(Arc::new(Table {
             routes,
@@ -255,6 +262,16 @@ fn total_weight(spec: &RouteSpec) -> u64 {
 }
 
 impl RouteFactory {
+    /// Drops route `name`'s series (connections still open on it count on,
+    /// unexported).
+    fn forget_route(&self, name: &str) {
+        let labels = RouteLabels {
+            route: name.to_owned(),
+        };
+        self.metrics.routed.remove(&labels);
+        self.metrics.unavailable.remove(&labels);
+    }
+
     fn new_route(&self, spec: RouteSpec) -> Arc<Route> {
         let labels = RouteLabels {
             route: spec.name.clone(),

@@ -330,6 +330,61 @@ async fn sighup_reloads_without_waiting_for_the_poll() -> Result<()> {
     Ok(())
 }
 
+/// A route that a reload removes takes its series with it (a controller
+/// that renames routes must not grow `/metrics` for ever); the routes that
+/// stay keep their counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_route_takes_its_series_with_it() -> Result<()> {
+    let t = Clusters::start().await?;
+    let first = t.first_config("1h");
+    let gateway = GatewayProcess::start(&first).await?;
+    expect_routes(
+        &gateway,
+        &t.pki,
+        &[
+            ("api.a.example.com", Some("cluster-a")),
+            ("api.b.example.com", Some("cluster-b")),
+        ],
+    )
+    .await?;
+    let routed = |m: &crate::support::metrics::Metrics, route: &str| {
+        m.value("apiway_route_connections_total", &[("route", route)])
+    };
+    let before = gateway.metrics().await?;
+    ensure!(
+        routed(&before, "cluster-b") == Some(1.0),
+        "{}",
+        before.matching("apiway_route")
+    );
+
+    // cluster-b is gone; cluster-c is new (with B's backend).
+    gateway.write_config(
+        &first
+            .replace("cluster-b", "cluster-c")
+            .replace("api.b.example.com", "api.c.example.com"),
+    )?;
+    gateway.signal(Signal::HUP)?;
+    eventually("the reload", Duration::from_secs(5), || async {
+        match reloads(&gateway, "success").await {
+            Ok(n) if n == 1.0 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    expect_routes(
+        &gateway,
+        &t.pki,
+        &[("api.c.example.com", Some("cluster-b"))],
+    )
+    .await?;
+    let after = gateway.metrics().await?;
+    let series = after.matching("apiway_route");
+    ensure!(!series.contains("cluster-b"), "{series}");
+    ensure!(routed(&after, "cluster-a") == Some(1.0), "{series}");
+    ensure!(routed(&after, "cluster-c") == Some(1.0), "{series}");
+    Ok(())
+}
+
 /// The byte a streaming client sends at `offset` on connection `conn`.
 fn stream_byte(conn: usize, offset: usize) -> u8 {
     (offset.wrapping_mul(31) ^ (offset >> 9) ^ conn.wrapping_mul(101)) as u8
