@@ -366,7 +366,7 @@ async fn a_removed_route_takes_its_series_with_it() -> Result<()> {
     gateway.signal(Signal::HUP)?;
     eventually("the reload", Duration::from_secs(5), || async {
         match reloads(&gateway, "success").await {
-            Ok(n) if n == 1.0 => Ok(()),
+            Ok(1.0) => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
