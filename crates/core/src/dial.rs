@@ -48,7 +48,7 @@ pub enum DialError {
 fn summary(failures: &[(String, String)]) -> String {
     failures
         .iter()
-        .map(|(e, err)| format!("{e}: {err}"))
+        .map(|(e, err)| format!("{e}: {}", failover::reason_after(e, err)))
         .collect::<Vec<_>>()
         .join("; ")
 }
@@ -144,6 +144,9 @@ mod tests {
         let err = connect(&set, Duration::from_secs(1)).await.unwrap_err();
         let text = err.to_string();
         assert!(text.contains(&a) && text.contains(&b), "{text}");
+        // Each address said once: the connect error names it already.
+        assert_eq!(text.matches(&a).count(), 1, "{text}");
+        assert_eq!(text.matches(&b).count(), 1, "{text}");
         let empty = self::set(&[]);
         assert!(matches!(
             connect(&empty, Duration::from_secs(1)).await,
