@@ -1,9 +1,12 @@
 //! Backends the proxies forward to: a plain TCP server speaking the
 //! [`protocol`](crate::protocol) and, for the real-TLS variant, a rustls
 //! server. Both live in this process; dropping one stops accepting and
-//! closes every connection it holds.
+//! closes every connection it holds. [`Backend::close_all`] closes them
+//! while it keeps accepting, the way a restarting API server drops every
+//! watch.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +14,7 @@ use anyhow::{Context, Result};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -27,6 +31,10 @@ const BACKEND_THREADS: usize = 2;
 pub struct Backend {
     addr: SocketAddr,
     runtime: Option<Runtime>,
+    /// Asks the accept loop to close every connection; it answers how many.
+    close_all: mpsc::UnboundedSender<oneshot::Sender<usize>>,
+    /// Connections being served right now.
+    open: Arc<AtomicUsize>,
 }
 
 impl Backend {
@@ -66,7 +74,10 @@ impl Backend {
             .enable_all()
             .build()
             .context("starting a runtime for a backend")?;
-        let (bound_tx, bound_rx) = tokio::sync::oneshot::channel();
+        let (bound_tx, bound_rx) = oneshot::channel();
+        let (close_all, commands) = mpsc::unbounded_channel();
+        let open = Arc::new(AtomicUsize::new(0));
+        let counter = open.clone();
         // The listener must be created inside the backend's runtime so its
         // sockets use that runtime's I/O driver.
         runtime.spawn(async move {
@@ -75,7 +86,7 @@ impl Backend {
                     let addr = listener.local_addr().map_err(anyhow::Error::from);
                     let ok = addr.is_ok();
                     if bound_tx.send(addr).is_ok() && ok {
-                        accept_loop(listener, serve).await;
+                        accept_loop(listener, serve, commands, counter).await;
                     }
                 }
                 Err(e) => {
@@ -89,12 +100,32 @@ impl Backend {
         Ok(Backend {
             addr,
             runtime: Some(runtime),
+            close_all,
+            open,
         })
     }
 
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Closes every connection it holds now (an orderly close: nothing is
+    /// left unread) and goes on accepting; returns how many it closed.
+    /// The closing itself runs on the backend's threads right after.
+    pub async fn close_all(&self) -> Result<usize> {
+        let (reply, closed) = oneshot::channel();
+        self.close_all
+            .send(reply)
+            .map_err(|_| anyhow::anyhow!("the backend's accept loop has stopped"))?;
+        closed
+            .await
+            .context("the backend's accept loop stopped before closing")
+    }
+
+    /// Connections it is serving now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
     }
 }
 
@@ -117,9 +148,14 @@ async fn bind() -> Result<TcpListener> {
 }
 
 /// Accepts forever; each connection runs in a task owned by this loop, so
-/// aborting the loop drops them all.
-async fn accept_loop<F, Fut>(listener: TcpListener, serve: F)
-where
+/// aborting the loop drops them all, and a close-all command aborts every
+/// task (dropping a task closes its socket).
+async fn accept_loop<F, Fut>(
+    listener: TcpListener,
+    serve: F,
+    mut commands: mpsc::UnboundedReceiver<oneshot::Sender<usize>>,
+    open: Arc<AtomicUsize>,
+) where
     F: Fn(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
@@ -129,13 +165,40 @@ where
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     let _ = stream.set_nodelay(true);
-                    connections.spawn(serve(stream));
+                    let served = OpenConnection::new(open.clone());
+                    let task = serve(stream);
+                    connections.spawn(async move {
+                        task.await;
+                        drop(served);
+                    });
                 }
                 // Out of file descriptors and the like: back off a little.
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
             },
+            Some(reply) = commands.recv() => {
+                let closing = open.load(Ordering::Relaxed);
+                connections.abort_all();
+                let _ = reply.send(closing);
+            }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
+    }
+}
+
+/// Counts one served connection until dropped (also when its task is
+/// aborted).
+struct OpenConnection(Arc<AtomicUsize>);
+
+impl OpenConnection {
+    fn new(open: Arc<AtomicUsize>) -> OpenConnection {
+        open.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(open)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -233,6 +233,9 @@ pub struct GatewayMetrics {
     pub reload_errors: u64,
     /// `apiway_config_last_apply_seconds`.
     pub last_apply_seconds: f64,
+    /// `apiway_listener_rejected_total`, all listeners: connections closed
+    /// at once because `max_connections` were open.
+    pub listener_rejected: u64,
 }
 
 impl GatewayMetrics {
@@ -253,6 +256,9 @@ impl GatewayMetrics {
                     metrics.reload_errors = value as u64
                 }
                 "apiway_config_last_apply_seconds" => metrics.last_apply_seconds = value,
+                name if name.starts_with("apiway_listener_rejected_total{") => {
+                    metrics.listener_rejected += value as u64
+                }
                 _ => {}
             }
         }
@@ -323,8 +329,9 @@ mod tests {
 
     #[test]
     fn reads_reload_metrics() {
-        let text = "# HELP x\napiway_config_reloads_total{result=\"success\"} 3\napiway_config_reloads_total{result=\"error\"} 1\napiway_config_last_apply_seconds 0.0125\n";
+        let text = "# HELP x\napiway_config_reloads_total{result=\"success\"} 3\napiway_config_reloads_total{result=\"error\"} 1\napiway_config_last_apply_seconds 0.0125\napiway_listener_rejected_total{listener=\"bench\"} 7\n";
         let m = GatewayMetrics::parse(text);
+        assert_eq!(m.listener_rejected, 7);
         assert_eq!(m.reload_successes, 3);
         assert_eq!(m.reload_errors, 1);
         assert!((m.last_apply_seconds - 0.0125).abs() < 1e-12);

@@ -14,7 +14,7 @@ use apiway_test_support::peers::{
 use tempfile::TempDir;
 use tokio::time::Instant;
 
-use crate::gateway_process::{AppliedReload, GatewayProcess};
+use crate::gateway_process::{AppliedReload, GatewayMetrics, GatewayProcess};
 
 /// Who is measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,6 +96,58 @@ pub struct LineupOptions {
     pub contenders: Vec<Contender>,
     /// What the apiway contender runs.
     pub apiway_role: ApiwayRole,
+    /// Connection limits for a scenario that holds more connections than
+    /// the shared configs allow; `None` keeps those (HAProxy `maxconn
+    /// 7000`, nginx `worker_connections 12000`, apiway's default).
+    pub capacity: Option<Capacity>,
+}
+
+/// The same connection limit for every proxy, sized to the open-file
+/// limit: each relayed connection holds two descriptors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capacity {
+    /// Relayed connections each proxy may hold: HAProxy `maxconn`, apiway
+    /// `max_connections`, nginx `worker_connections` of twice this (nginx
+    /// counts both ends).
+    pub connections: usize,
+    /// The proxies' open-file limit (nginx `worker_rlimit_nofile`).
+    pub open_files: u64,
+}
+
+impl Capacity {
+    /// Descriptors kept aside for listeners, logs, the admin endpoint,
+    /// nginx's and HAProxy's own files.
+    pub const RESERVE: u64 = 200;
+
+    /// The most connections that fit in `open_files`, at most `at_most`.
+    pub fn fitting(open_files: u64, at_most: usize) -> Capacity {
+        let fit = open_files.saturating_sub(Self::RESERVE) / 2;
+        Capacity {
+            connections: usize::try_from(fit).unwrap_or(usize::MAX).min(at_most),
+            open_files,
+        }
+    }
+
+    /// HAProxy's `maxpipes`: HAProxy 2.6 refuses to start (`strict-limits`
+    /// is on) unless `2 × maxconn + 2 × maxpipes` plus a few descriptors
+    /// fit the limit, and by default it reserves `maxconn / 4` pipes for
+    /// splicing; the pipes get what is left (no splicing happens with
+    /// a few hundred bytes per connection).
+    /// Never more than HAProxy's own default.
+    pub fn haproxy_maxpipes(&self) -> u64 {
+        let left = self
+            .open_files
+            .saturating_sub(2 * self.connections as u64)
+            .saturating_sub(Self::RESERVE / 2)
+            / 2;
+        left.min(self.connections as u64 / 4)
+    }
+
+    /// nginx's `worker_connections`: a relayed connection is two of them,
+    /// plus the listener.
+    pub fn nginx_worker_connections(&self) -> u64 {
+        (2 * self.connections as u64 + Self::RESERVE / 2).min(self.open_files)
+    }
 }
 
 /// The apiway role measured as the "apiway" contender.
@@ -231,6 +283,15 @@ impl Lineup {
         Ok(kib * 1024)
     }
 
+    /// The apiway contender's `/metrics` figures; `None` when apiway is not
+    /// running.
+    pub async fn apiway_metrics(&self) -> Result<Option<GatewayMetrics>> {
+        match self.running.get(&Contender::Apiway).map(|r| &r.proxy) {
+            Some(Proxy::Apiway(g)) => Ok(Some(g.metrics().await?)),
+            _ => Ok(None),
+        }
+    }
+
     /// Open file descriptors of all processes of `contender`.
     pub fn open_fds(&self, contender: Contender) -> usize {
         self.pids(contender)
@@ -356,14 +417,29 @@ impl Lineup {
     fn config_text_for(&self, contender: Contender, listen: SocketAddr) -> Result<String> {
         let threads = self.options.proxy_threads;
         match contender {
-            Contender::Apiway if self.apiway_json => Ok(apiway_config_json(listen, &self.routes)),
-            Contender::Apiway => Ok(apiway_config(listen, &self.routes)),
+            Contender::Apiway if self.apiway_json => Ok(apiway_config_json(
+                listen,
+                &self.routes,
+                self.options.capacity,
+            )),
+            Contender::Apiway => Ok(apiway_config(listen, &self.routes, self.options.capacity)),
             Contender::Haproxy => {
                 let map = self.files.path().join(format!("sni-{}.map", self.version));
                 write_haproxy_map(&map, &self.routes)?;
-                Ok(haproxy_config(listen, &self.routes, &map, threads))
+                Ok(haproxy_config(
+                    listen,
+                    &self.routes,
+                    &map,
+                    threads,
+                    self.options.capacity,
+                ))
             }
-            Contender::Nginx => Ok(nginx_config(listen, &self.routes, threads)),
+            Contender::Nginx => Ok(nginx_config(
+                listen,
+                &self.routes,
+                threads,
+                self.options.capacity,
+            )),
             Contender::Direct => Err(anyhow!("direct has no config")),
         }
     }
@@ -393,9 +469,12 @@ const ADMIN_PLACEHOLDER: &str = "@ADMIN@";
 
 /// The gateway's YAML. Reloads are triggered by SIGHUP only (the file poll
 /// is set to an hour) so each rewrite is exactly one reload.
-fn apiway_config(listen: SocketAddr, routes: &[Route]) -> String {
+fn apiway_config(listen: SocketAddr, routes: &[Route], capacity: Option<Capacity>) -> String {
+    let limit = capacity
+        .map(|c| format!(", max_connections: {}", c.connections))
+        .unwrap_or_default();
     let mut text = format!(
-        "admin: {{ address: \"{ADMIN_PLACEHOLDER}\" }}\nreload_interval: 1h\nlisteners:\n  - {{ name: bench, address: \"{listen}\", kind: tls }}\nroutes:\n"
+        "admin: {{ address: \"{ADMIN_PLACEHOLDER}\" }}\nreload_interval: 1h\nlisteners:\n  - {{ name: bench, address: \"{listen}\", kind: tls{limit} }}\nroutes:\n"
     );
     for route in routes {
         let backends: Vec<String> = route
@@ -417,7 +496,7 @@ fn apiway_config(listen: SocketAddr, routes: &[Route]) -> String {
 
 /// The same configuration as [`apiway_config`], written as JSON the way a
 /// generator (a controller rendering thousands of routes) would.
-fn apiway_config_json(listen: SocketAddr, routes: &[Route]) -> String {
+fn apiway_config_json(listen: SocketAddr, routes: &[Route], capacity: Option<Capacity>) -> String {
     let routes: Vec<serde_json::Value> = routes
         .iter()
         .map(|route| {
@@ -432,10 +511,15 @@ fn apiway_config_json(listen: SocketAddr, routes: &[Route]) -> String {
             })
         })
         .collect();
+    let mut listener =
+        serde_json::json!({ "name": "bench", "address": listen.to_string(), "kind": "tls" });
+    if let Some(c) = capacity {
+        listener["max_connections"] = c.connections.into();
+    }
     serde_json::json!({
         "admin": { "address": ADMIN_PLACEHOLDER },
         "reload_interval": "1h",
-        "listeners": [{ "name": "bench", "address": listen.to_string(), "kind": "tls" }],
+        "listeners": [listener],
         "routes": routes,
         "default_route": "reject",
     })
@@ -452,11 +536,25 @@ fn write_haproxy_map(path: &Path, routes: &[Route]) -> Result<()> {
 
 /// HAProxy in TCP mode routing on the SNI through a map (the way to route
 /// thousands of names), splicing when it pays off.
-fn haproxy_config(listen: SocketAddr, routes: &[Route], map: &Path, threads: usize) -> String {
+fn haproxy_config(
+    listen: SocketAddr,
+    routes: &[Route],
+    map: &Path,
+    threads: usize,
+    capacity: Option<Capacity>,
+) -> String {
+    let limits = match capacity {
+        None => "maxconn 7000".to_string(),
+        Some(c) => format!(
+            "maxconn {}\n    maxpipes {}",
+            c.connections,
+            c.haproxy_maxpipes()
+        ),
+    };
     let mut text = format!(
         "global
     nbthread {threads}
-    maxconn 7000
+    {limits}
 
 defaults
     mode tcp
@@ -483,14 +581,23 @@ frontend bench
 }
 
 /// nginx stream with `ssl_preread`, one upstream per route.
-fn nginx_config(listen: SocketAddr, routes: &[Route], threads: usize) -> String {
+fn nginx_config(
+    listen: SocketAddr,
+    routes: &[Route],
+    threads: usize,
+    capacity: Option<Capacity>,
+) -> String {
+    let (open_files, connections) = match capacity {
+        None => (19_000, 12_000),
+        Some(c) => (c.open_files, c.nginx_worker_connections()),
+    };
     let mut text = format!(
         "load_module {NGINX_STREAM_MODULE};
 worker_processes {threads};
-worker_rlimit_nofile 19000;
+worker_rlimit_nofile {open_files};
 
 events {{
-    worker_connections 12000;
+    worker_connections {connections};
 }}
 
 stream {{
@@ -544,14 +651,42 @@ mod tests {
     #[test]
     fn configs_name_every_backend() {
         let listen: SocketAddr = "127.0.0.1:8443".parse().unwrap();
-        let apiway = apiway_config(listen, &routes());
+        let apiway = apiway_config(listen, &routes(), None);
         assert!(apiway.contains("hostnames: [\"api.bench.example.com\"]"));
         assert!(apiway.contains("{ address: \"127.0.0.1:7002\" }"));
-        let haproxy = haproxy_config(listen, &routes(), Path::new("/m.map"), 1);
+        let haproxy = haproxy_config(listen, &routes(), Path::new("/m.map"), 1, None);
         assert!(haproxy.contains("bind 127.0.0.1:8443"));
         assert!(haproxy.contains("server s1 127.0.0.1:7002"));
-        let nginx = nginx_config(listen, &routes(), 1);
+        assert!(haproxy.contains("maxconn 7000\n"));
+        let nginx = nginx_config(listen, &routes(), 1, None);
         assert!(nginx.contains("api.bench.example.com up_main;"));
         assert!(nginx.contains("listen 127.0.0.1:8443;"));
+        assert!(nginx.contains("worker_connections 12000;"));
+    }
+
+    #[test]
+    fn a_capacity_raises_every_limit_within_the_file_limit() {
+        let listen: SocketAddr = "127.0.0.1:8443".parse().unwrap();
+        let capacity = Capacity::fitting(20_000, 9_000 * 2);
+        assert_eq!(capacity.connections, 9_900);
+        let apiway = apiway_config(listen, &routes(), Some(capacity));
+        assert!(
+            apiway.contains("kind: tls, max_connections: 9900 }"),
+            "{apiway}"
+        );
+        let json = apiway_config_json(listen, &routes(), Some(capacity));
+        assert!(json.contains("\"max_connections\":9900"), "{json}");
+        let haproxy = haproxy_config(listen, &routes(), Path::new("/m.map"), 1, Some(capacity));
+        // 2 × 9,900 + 2 × 50 leaves HAProxy its few descriptors under 20,000.
+        assert!(
+            haproxy.contains("maxconn 9900\n    maxpipes 50\n"),
+            "{haproxy}"
+        );
+        let nginx = nginx_config(listen, &routes(), 1, Some(capacity));
+        assert!(nginx.contains("worker_rlimit_nofile 20000;"), "{nginx}");
+        assert!(nginx.contains("worker_connections 19900;"), "{nginx}");
+        let small = Capacity::fitting(20_000, 3_000);
+        assert_eq!(small.connections, 3_000);
+        assert_eq!(small.haproxy_maxpipes(), 750);
     }
 }

@@ -147,9 +147,28 @@ impl Failure {
 /// A short TLS-less exchange: connect, send hello and request, read the
 /// whole answer, close. Returns the time from connect to the last byte.
 pub async fn plain_exchange(addr: SocketAddr, request: &[u8]) -> Result<Duration, Failure> {
+    open_request(addr, request).await.map(|opened| opened.took)
+}
+
+/// A connection that made one request and has the whole answer.
+pub struct Opened {
+    /// The connection, still open (the backend waits for the client to
+    /// close).
+    pub stream: TcpStream,
+    /// From the start until `connect` returned (the kernel completed the
+    /// handshake; the proxy may not have accepted yet).
+    pub connected: Duration,
+    /// From the start until the last byte of the answer.
+    pub took: Duration,
+}
+
+/// The start of [`plain_exchange`]: connect, send hello and request, read
+/// the whole answer; the connection is left open.
+pub async fn open_request(addr: SocketAddr, request: &[u8]) -> Result<Opened, Failure> {
     let started = Instant::now();
     let exchange = async {
         let mut stream = connect(addr).await.map_err(|_| Failure::Connect)?;
+        let connected = started.elapsed();
         stream
             .write_all(request)
             .await
@@ -159,7 +178,11 @@ pub async fn plain_exchange(addr: SocketAddr, request: &[u8]) -> Result<Duration
             .read_exact(&mut answer)
             .await
             .map_err(|e| Failure::of(&e))?;
-        Ok(started.elapsed())
+        Ok(Opened {
+            stream,
+            connected,
+            took: started.elapsed(),
+        })
     };
     tokio::time::timeout(EXCHANGE_TIMEOUT, exchange)
         .await

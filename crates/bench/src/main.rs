@@ -38,8 +38,8 @@ struct Cli {
     #[arg(long)]
     quick: bool,
     /// Run only these scenarios (comma-separated): throughput, conn_rate,
-    /// conn_rate_tls, idle_memory, reload, agent_failover, client_failover,
-    /// client_overhead, gateway_api, tunnel.
+    /// conn_rate_tls, idle_memory, reconnect_storm, reload, agent_failover,
+    /// client_failover, client_overhead, gateway_api, tunnel.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// The apiway binary [default: `apiway` next to this program, i.e.
@@ -62,6 +62,12 @@ struct Cli {
     /// conn_rate, idle_memory).
     #[arg(long, default_value = "gateway")]
     apiway_role: String,
+    /// Clients in reconnect_storm [default: 9000, with --quick 3000]. Each
+    /// holds two descriptors in every proxy and two in this process (the
+    /// backend is here too), so the open-file limit (20,000 here) caps it
+    /// below 10,000.
+    #[arg(long)]
+    storm_clients: Option<usize>,
     /// Also write the markdown report to this file.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -142,8 +148,15 @@ async fn run(cli: Cli) -> Result<bool> {
         proxy_threads: cli.proxy_threads,
         contenders: contenders.clone(),
         apiway_role,
+        capacity: None,
     };
-    let settings = Settings::new(cli.quick, lineup);
+    let mut settings = Settings::new(cli.quick, lineup);
+    if let Some(clients) = cli.storm_clients {
+        if clients == 0 {
+            bail!("--storm-clients must be at least 1");
+        }
+        settings.storm_clients = clients;
+    }
     let facts = machine::facts(&apiway);
     let started = Instant::now();
     let mut reports: Vec<(String, Result<ScenarioReport>)> = Vec::new();
@@ -159,6 +172,7 @@ async fn run(cli: Cli) -> Result<bool> {
                 scenarios::conn_rate::run(&settings, scenarios::conn_rate::Mode::Tls).await
             }
             "idle_memory" => scenarios::idle_memory::run(&settings).await,
+            "reconnect_storm" => scenarios::reconnect_storm::run(&settings, nofile).await,
             "reload" => scenarios::reload::run(&settings).await,
             "agent_failover" => scenarios::agent_failover::run(&settings).await,
             "client_failover" => scenarios::client_failover::run(&settings).await,

@@ -12,16 +12,18 @@ pub mod conn_rate;
 pub mod failover;
 pub mod gateway_api;
 pub mod idle_memory;
+pub mod reconnect_storm;
 pub mod reload;
 pub mod throughput;
 pub mod tunnel;
 
 /// Every scenario, in run order.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     "throughput",
     "conn_rate",
     "conn_rate_tls",
     "idle_memory",
+    "reconnect_storm",
     "reload",
     "agent_failover",
     "client_failover",
@@ -46,6 +48,10 @@ pub struct Settings {
     pub workers: usize,
     /// Connections held open in idle_memory.
     pub idle_connections: usize,
+    /// Clients dropped at once and reconnecting in reconnect_storm.
+    pub storm_clients: usize,
+    /// Storms per contender in reconnect_storm, interleaved.
+    pub storm_rounds: usize,
     /// Routes in the large reload configuration.
     pub big_routes: usize,
     /// Reloads of the large configuration per proxy.
@@ -73,6 +79,8 @@ impl Settings {
             rounds: if quick { 2 } else { 6 },
             workers: 64,
             idle_connections: 5_000,
+            storm_clients: if quick { 3_000 } else { 9_000 },
+            storm_rounds: if quick { 2 } else { 3 },
             big_routes: 10_000,
             big_reloads: if quick { 2 } else { 5 },
             reloads: if quick { 25 } else { 100 },
