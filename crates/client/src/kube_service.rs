@@ -28,12 +28,12 @@
 //! HTTP/2 cannot carry the HTTP/1.1 upgrades that `exec`, `attach` and
 //! `port-forward` use; those do not work through this service.
 //! Authentication is the TLS client certificate of
-//! [`ClientConfig::tls`](crate::ClientConfig::tls) or a fixed token
-//! ([`ClientConfig::with_bearer_token`](crate::ClientConfig::with_bearer_token),
-//! or what [`ClientConfig::from_kube_config`](crate::ClientConfig::from_kube_config)
-//! read): kube's own auth layers (token file re-reads, exec plugins) apply
-//! only to kube's own stack. For those, use the HTTP/1.1 path,
-//! [`crate::kube_connector`].
+//! [`ClientConfig::tls`](crate::ClientConfig::tls), a fixed token
+//! ([`ClientConfig::with_bearer_token`](crate::ClientConfig::with_bearer_token))
+//! or [`ClientConfig::credentials`](crate::ClientConfig::credentials): a
+//! rotated token file or a kubeconfig's exec credential plugin, as
+//! [`ClientConfig::from_kube_config`](crate::ClientConfig::from_kube_config)
+//! sets them up.
 
 use std::future::Future;
 use std::pin::Pin;
