@@ -112,6 +112,9 @@ pub struct Capacity {
     pub connections: usize,
     /// The proxies' open-file limit (nginx `worker_rlimit_nofile`).
     pub open_files: u64,
+    /// apiway's `when_full: queue` (stop accepting at the limit, as HAProxy
+    /// and nginx do) instead of its default, `close`.
+    pub apiway_queue: bool,
 }
 
 impl Capacity {
@@ -125,6 +128,7 @@ impl Capacity {
         Capacity {
             connections: usize::try_from(fit).unwrap_or(usize::MAX).min(at_most),
             open_files,
+            apiway_queue: false,
         }
     }
 
@@ -471,7 +475,14 @@ const ADMIN_PLACEHOLDER: &str = "@ADMIN@";
 /// is set to an hour) so each rewrite is exactly one reload.
 fn apiway_config(listen: SocketAddr, routes: &[Route], capacity: Option<Capacity>) -> String {
     let limit = capacity
-        .map(|c| format!(", max_connections: {}", c.connections))
+        .map(|c| {
+            let when_full = if c.apiway_queue {
+                ", when_full: queue"
+            } else {
+                ""
+            };
+            format!(", max_connections: {}{when_full}", c.connections)
+        })
         .unwrap_or_default();
     let mut text = format!(
         "admin: {{ address: \"{ADMIN_PLACEHOLDER}\" }}\nreload_interval: 1h\nlisteners:\n  - {{ name: bench, address: \"{listen}\", kind: tls{limit} }}\nroutes:\n"
@@ -515,6 +526,9 @@ fn apiway_config_json(listen: SocketAddr, routes: &[Route], capacity: Option<Cap
         serde_json::json!({ "name": "bench", "address": listen.to_string(), "kind": "tls" });
     if let Some(c) = capacity {
         listener["max_connections"] = c.connections.into();
+        if c.apiway_queue {
+            listener["when_full"] = "queue".into();
+        }
     }
     serde_json::json!({
         "admin": { "address": ADMIN_PLACEHOLDER },

@@ -68,6 +68,11 @@ struct Cli {
     /// below 10,000.
     #[arg(long)]
     storm_clients: Option<usize>,
+    /// reconnect_storm: apiway's listener `when_full` setting, `close`
+    /// (apiway's default: over the limit closed at once) or `queue` (stop
+    /// accepting at the limit, as HAProxy and nginx do).
+    #[arg(long, default_value = "close", value_parser = ["close", "queue"])]
+    storm_apiway_when_full: String,
     /// Also write the markdown report to this file.
     #[arg(long)]
     output: Option<PathBuf>,
@@ -151,6 +156,7 @@ async fn run(cli: Cli) -> Result<bool> {
         capacity: None,
     };
     let mut settings = Settings::new(cli.quick, lineup);
+    settings.storm_apiway_queue = cli.storm_apiway_when_full == "queue";
     if let Some(clients) = cli.storm_clients {
         if clients == 0 {
             bail!("--storm-clients must be at least 1");

@@ -2,12 +2,13 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use apiway_relay::KeepaliveConfig;
@@ -64,11 +65,31 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     })
 }
 
+/// What a listener does with a new connection when `max_connections` are
+/// open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenFull {
+    /// Accept it and close it at once, counted (Envoy's behaviour): the
+    /// client learns at once and may go elsewhere.
+    #[default]
+    Close,
+    /// Stop accepting until a connection ends (HAProxy's `maxconn`, nginx's
+    /// `worker_connections`): new connections wait in the kernel's accept
+    /// queue (the listen backlog, 4096), and a client whose SYN finds that
+    /// full sends it again. Nothing is refused, so a reconnect storm that
+    /// meets the limit does not turn into a storm of retries.
+    Queue,
+}
+
 /// Counts open connections against a maximum.
 #[derive(Debug)]
 pub struct Slots {
     open: AtomicUsize,
     max: AtomicUsize,
+    queue: AtomicBool,
+    /// Signalled when a slot frees or the maximum changes, in `Queue` mode.
+    room: Notify,
 }
 
 impl Slots {
@@ -77,12 +98,22 @@ impl Slots {
         Arc::new(Slots {
             open: AtomicUsize::new(0),
             max: AtomicUsize::new(max),
+            queue: AtomicBool::new(false),
+            room: Notify::new(),
         })
     }
 
     /// Changes the maximum (a reload); open connections are kept.
     pub fn set_max(&self, max: usize) {
         self.max.store(max, Ordering::Relaxed);
+        self.room.notify_one();
+    }
+
+    /// Changes what happens at the maximum (a reload).
+    pub fn set_when_full(&self, when_full: WhenFull) {
+        self.queue
+            .store(when_full == WhenFull::Queue, Ordering::Relaxed);
+        self.room.notify_one();
     }
 
     /// Open connections.
@@ -102,6 +133,23 @@ impl Slots {
                 slots: self.clone(),
             })
     }
+
+    /// In `Queue` mode, returns once a slot is free; at once otherwise.
+    async fn room(&self) {
+        loop {
+            // Registered before the check, so a slot freed in between
+            // still wakes it.
+            let freed = self.room.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if !self.queue.load(Ordering::Relaxed)
+                || self.open.load(Ordering::Acquire) < self.max.load(Ordering::Relaxed)
+            {
+                return;
+            }
+            freed.await;
+        }
+    }
 }
 
 /// One taken slot; released on drop.
@@ -113,12 +161,16 @@ pub struct Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.slots.open.fetch_sub(1, Ordering::AcqRel);
+        if self.slots.queue.load(Ordering::Relaxed) {
+            self.slots.room.notify_one();
+        }
     }
 }
 
 /// Accepts until `stop` (or the drain's stop-accepting signal) fires. Each
 /// accepted connection that gets a slot runs `handle` as a drained task;
-/// over the limit it is closed at once and `on_rejected` is called.
+/// over the limit it is closed at once and `on_rejected` is called, or, in
+/// [`WhenFull::Queue`] mode, nothing is accepted until a slot frees.
 pub async fn accept_loop<H, F>(
     listener: TcpListener,
     slots: Arc<Slots>,
@@ -138,7 +190,10 @@ pub async fn accept_loop<H, F>(
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
             _ = drain.stop_accepting().cancelled() => return,
-            r = listener.accept() => r,
+            r = async {
+                slots.room().await;
+                listener.accept().await
+            } => r,
         };
         match accepted {
             Ok((stream, peer)) => match slots.try_take() {
@@ -185,6 +240,38 @@ mod tests {
         assert!(slots.try_take().is_some());
         slots.set_max(0);
         assert!(slots.try_take().is_none());
+    }
+
+    #[tokio::test]
+    async fn queue_mode_waits_for_a_free_slot() {
+        let slots = Slots::new(1);
+        let held = slots.try_take().unwrap();
+        // Close mode: never waits.
+        slots.room().await;
+        slots.set_when_full(WhenFull::Queue);
+        let waiting = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.room().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "no room while the slot is held");
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a freed slot wakes the loop")
+            .unwrap();
+        // A raised maximum makes room too.
+        let _a = slots.try_take().unwrap();
+        let raised = {
+            let slots = slots.clone();
+            tokio::spawn(async move { slots.room().await })
+        };
+        tokio::task::yield_now().await;
+        slots.set_max(2);
+        tokio::time::timeout(Duration::from_secs(5), raised)
+            .await
+            .expect("a raised maximum wakes the loop")
+            .unwrap();
     }
 
     #[tokio::test]

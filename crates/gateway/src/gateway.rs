@@ -182,6 +182,7 @@ impl Gateway {
             match keep {
                 Some(spec) => {
                     r.slots.set_max(spec.max_connections);
+                    r.slots.set_when_full(spec.when_full);
                     r.state.spec.store(Arc::new(spec.clone()));
                     true
                 }
@@ -215,6 +216,7 @@ impl Gateway {
     ) -> RunningListener {
         let local_addr = socket.local_addr().unwrap_or(spec.address);
         let slots = Slots::new(spec.max_connections);
+        slots.set_when_full(spec.when_full);
         let stop = self.stop.child_token();
         let state = Arc::new(ListenerState {
             handles: ListenerHandles::new(&spec.name, &self.factory.metrics),

@@ -128,6 +128,58 @@ routes:
     Ok(())
 }
 
+/// `when_full: queue`: at `max_connections` the gateway stops accepting,
+/// so a new client waits (its TLS handshake unanswered, not closed) until a
+/// slot frees, and is then served; nothing is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_full_queue_makes_new_connections_wait_for_a_slot() -> Result<()> {
+    let pki = std::sync::Arc::new(Pki::new()?);
+    let standin = pki
+        .standin("cluster-a", &["api.a.example.com"], false)
+        .await?;
+    let gateway = GatewayProcess::start(&format!(
+        r#"
+admin: {{address: 127.0.0.1:0}}
+listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, when_full: queue, client_hello_timeout: 10s}}]
+routes:
+  - name: cluster-a
+    hostnames: [api.a.example.com]
+    backends: [{{address: {}}}]
+"#,
+        standin.addr()
+    ))
+    .await?;
+    let open = [("listener", "public")];
+    let first = TcpStream::connect(gateway.addr()).await?;
+    let _second = TcpStream::connect(gateway.addr()).await?;
+    gateway
+        .wait_metric(
+            "apiway_listener_open_connections",
+            &open,
+            Duration::from_secs(5),
+            |v| v == 2.0,
+        )
+        .await?;
+
+    let addr = gateway.addr();
+    let waiting = tokio::spawn({
+        let pki = pki.clone();
+        async move { https(addr, "api.a.example.com", "/", &pki, true).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(
+        !waiting.is_finished(),
+        "the third client was answered or closed while both slots were held: {:?}",
+        waiting.await
+    );
+    drop(first);
+    let r = tokio::time::timeout(Duration::from_secs(10), waiting).await???;
+    ensure!(r.standin() == Some("cluster-a"), "{r:?}");
+    let m = gateway.metrics().await?;
+    ensure!(m.count("apiway_listener_rejected_total", &open) == 0.0);
+    Ok(())
+}
+
 /// 1,500 idle connections to the admin endpoint of a gateway that may
 /// open 300 files: the admin endpoint keeps at most `admin.max_connections`
 /// (the rest are closed at once and counted), so proxied connections still

@@ -50,6 +50,8 @@ pub struct Settings {
     pub idle_connections: usize,
     /// Clients dropped at once and reconnecting in reconnect_storm.
     pub storm_clients: usize,
+    /// reconnect_storm: apiway listens with `when_full: queue`.
+    pub storm_apiway_queue: bool,
     /// Storms per contender in reconnect_storm, interleaved.
     pub storm_rounds: usize,
     /// Routes in the large reload configuration.
@@ -80,6 +82,7 @@ impl Settings {
             workers: 64,
             idle_connections: 5_000,
             storm_clients: if quick { 3_000 } else { 9_000 },
+            storm_apiway_queue: false,
             storm_rounds: if quick { 2 } else { 3 },
             big_routes: 10_000,
             big_reloads: if quick { 2 } else { 5 },

@@ -116,7 +116,8 @@ pub async fn run(settings: &Settings, open_files: u64) -> Result<ScenarioReport>
             open_files.saturating_sub(BENCH_RESERVE) / 2
         );
     }
-    let capacity = Capacity::fitting(open_files, 2 * n);
+    let mut capacity = Capacity::fitting(open_files, 2 * n);
+    capacity.apiway_queue = settings.storm_apiway_queue;
     if capacity.connections < n {
         bail!(
             "{n} clients need {} open files in each proxy, but the limit is {open_files}: use --storm-clients {} or fewer",
@@ -135,11 +136,12 @@ pub async fn run(settings: &Settings, open_files: u64) -> Result<ScenarioReport>
 
     let mut report = ScenarioReport::default();
     report.notes.push(format!(
-        "reconnect_storm: {n} clients per storm, {} storms per contender (interleaved); every proxy's connection limit set to {} (twice the clients, at most what the open-file limit of {open_files} holds at two descriptors per connection and {} kept aside): apiway listener `max_connections: {}`, HAProxy `maxconn {}` with `maxpipes {}` (else HAProxy 2.6 reserves maxconn/4 splice pipes and refuses to start), nginx `worker_connections {}`, `worker_rlimit_nofile {open_files}`",
+        "reconnect_storm: {n} clients per storm, {} storms per contender (interleaved); every proxy's connection limit set to {} (twice the clients, at most what the open-file limit of {open_files} holds at two descriptors per connection and {} kept aside): apiway listener `max_connections: {}, when_full: {}`, HAProxy `maxconn {}` with `maxpipes {}` (else HAProxy 2.6 reserves maxconn/4 splice pipes and refuses to start), nginx `worker_connections {}`, `worker_rlimit_nofile {open_files}`",
         settings.storm_rounds,
         capacity.connections,
         Capacity::RESERVE,
         capacity.connections,
+        if capacity.apiway_queue { "queue" } else { "close" },
         capacity.connections,
         capacity.haproxy_maxpipes(),
         capacity.nginx_worker_connections(),

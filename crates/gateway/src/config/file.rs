@@ -62,6 +62,10 @@ pub struct ListenerConfig {
     /// Open connections allowed; more are closed at once (default 10000).
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// At `max_connections`: `close` new connections at once (default) or
+    /// `queue` them in the kernel until a slot frees.
+    #[serde(default)]
+    pub when_full: Option<apiway_core::listener::WhenFull>,
     /// Time a client has to send its whole ClientHello (default 10s).
     #[serde(default, with = "apiway_core::duration::option")]
     pub client_hello_timeout: Option<Duration>,
@@ -167,6 +171,7 @@ impl ConfigFile {
                 address,
                 kind: l.kind,
                 max_connections: l.max_connections,
+                when_full: l.when_full,
                 client_hello_timeout: l.client_hello_timeout,
                 max_client_hello_bytes: l.max_client_hello_bytes,
                 proxy_protocol: l.proxy_protocol,

@@ -83,6 +83,8 @@ pub struct ListenerSpec {
     pub kind: ListenerKind,
     /// Connection limit.
     pub max_connections: usize,
+    /// What happens at the limit.
+    pub when_full: apiway_core::listener::WhenFull,
     /// ClientHello timeout.
     pub client_hello_timeout: Duration,
     /// ClientHello size limit.

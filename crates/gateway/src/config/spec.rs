@@ -51,6 +51,8 @@ pub struct ListenerDef {
     pub kind: ListenerKind,
     /// Open connections allowed.
     pub max_connections: Option<usize>,
+    /// What happens at `max_connections`.
+    pub when_full: Option<apiway_core::listener::WhenFull>,
     /// `tls`: time for the whole ClientHello.
     pub client_hello_timeout: Option<Duration>,
     /// `tls`: largest ClientHello.

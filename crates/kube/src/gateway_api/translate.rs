@@ -946,6 +946,7 @@ pub fn translate(world: &World, settings: &Settings, now: &Time) -> Translation 
             address: SocketAddr::new(settings.listen_address, *port),
             kind: ListenerKind::Tls,
             max_connections: None,
+            when_full: None,
             client_hello_timeout: None,
             max_client_hello_bytes: None,
             proxy_protocol: None,
