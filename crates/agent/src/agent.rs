@@ -133,6 +133,9 @@ impl Role for Agent {
         for (configured, destination, socket) in sockets {
             let local = socket.local_addr()?;
             let slots = Slots::new(snapshot.max_connections);
+            // At the limit, new connections wait in the kernel's accept
+            // queue (a node's clients have nowhere else to go).
+            slots.set_when_full(apiway_core::listener::WhenFull::Queue);
             let handles = Arc::new(ListenerHandles::new(&local.to_string(), &metrics));
             match &destination {
                 Some(d) => {

@@ -112,8 +112,8 @@ pub struct Capacity {
     pub connections: usize,
     /// The proxies' open-file limit (nginx `worker_rlimit_nofile`).
     pub open_files: u64,
-    /// apiway's `when_full: queue` (stop accepting at the limit, as HAProxy
-    /// and nginx do) instead of its default, `close`.
+    /// apiway's `when_full`: `queue` (stop accepting at the limit, as
+    /// HAProxy and nginx do; apiway's default) when true, else `close`.
     pub apiway_queue: bool,
 }
 
@@ -128,7 +128,7 @@ impl Capacity {
         Capacity {
             connections: usize::try_from(fit).unwrap_or(usize::MAX).min(at_most),
             open_files,
-            apiway_queue: false,
+            apiway_queue: true,
         }
     }
 
@@ -476,12 +476,11 @@ const ADMIN_PLACEHOLDER: &str = "@ADMIN@";
 fn apiway_config(listen: SocketAddr, routes: &[Route], capacity: Option<Capacity>) -> String {
     let limit = capacity
         .map(|c| {
-            let when_full = if c.apiway_queue {
-                ", when_full: queue"
-            } else {
-                ""
-            };
-            format!(", max_connections: {}{when_full}", c.connections)
+            let when_full = if c.apiway_queue { "queue" } else { "close" };
+            format!(
+                ", max_connections: {}, when_full: {when_full}",
+                c.connections
+            )
         })
         .unwrap_or_default();
     let mut text = format!(
@@ -526,9 +525,7 @@ fn apiway_config_json(listen: SocketAddr, routes: &[Route], capacity: Option<Cap
         serde_json::json!({ "name": "bench", "address": listen.to_string(), "kind": "tls" });
     if let Some(c) = capacity {
         listener["max_connections"] = c.connections.into();
-        if c.apiway_queue {
-            listener["when_full"] = "queue".into();
-        }
+        listener["when_full"] = if c.apiway_queue { "queue" } else { "close" }.into();
     }
     serde_json::json!({
         "admin": { "address": ADMIN_PLACEHOLDER },
@@ -685,7 +682,7 @@ mod tests {
         assert_eq!(capacity.connections, 9_900);
         let apiway = apiway_config(listen, &routes(), Some(capacity));
         assert!(
-            apiway.contains("kind: tls, max_connections: 9900 }"),
+            apiway.contains("kind: tls, max_connections: 9900, when_full: queue }"),
             "{apiway}"
         );
         let json = apiway_config_json(listen, &routes(), Some(capacity));

@@ -68,10 +68,10 @@ struct Cli {
     /// below 10,000.
     #[arg(long)]
     storm_clients: Option<usize>,
-    /// reconnect_storm: apiway's listener `when_full` setting, `close`
-    /// (apiway's default: over the limit closed at once) or `queue` (stop
-    /// accepting at the limit, as HAProxy and nginx do).
-    #[arg(long, default_value = "close", value_parser = ["close", "queue"])]
+    /// reconnect_storm: apiway's listener `when_full` setting, `queue`
+    /// (apiway's default: stop accepting at the limit, as HAProxy and nginx
+    /// do) or `close` (over the limit closed at once).
+    #[arg(long, default_value = "queue", value_parser = ["close", "queue"])]
     storm_apiway_when_full: String,
     /// Also write the markdown report to this file.
     #[arg(long)]

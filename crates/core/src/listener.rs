@@ -66,13 +66,13 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 /// What a listener does with a new connection when `max_connections` are
-/// open.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+/// open. Gateway listeners and the agent queue unless told otherwise;
+/// [`Slots::new`] starts in `Close` mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WhenFull {
     /// Accept it and close it at once, counted (Envoy's behaviour): the
     /// client learns at once and may go elsewhere.
-    #[default]
     Close,
     /// Stop accepting until a connection ends (HAProxy's `maxconn`, nginx's
     /// `worker_connections`): new connections wait in the kernel's accept

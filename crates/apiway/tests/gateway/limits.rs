@@ -73,7 +73,7 @@ async fn connections_over_max_connections_are_closed_at_once() -> Result<()> {
     let gateway = GatewayProcess::start(&format!(
         r#"
 admin: {{address: 127.0.0.1:0}}
-listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, client_hello_timeout: 10s}}]
+listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, when_full: close, client_hello_timeout: 10s}}]
 routes:
   - name: cluster-a
     hostnames: [api.a.example.com]
@@ -128,7 +128,7 @@ routes:
     Ok(())
 }
 
-/// `when_full: queue`: at `max_connections` the gateway stops accepting,
+/// `when_full: queue` (the default): at `max_connections` the gateway stops accepting,
 /// so a new client waits (its TLS handshake unanswered, not closed) until a
 /// slot frees, and is then served; nothing is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,7 +140,7 @@ async fn when_full_queue_makes_new_connections_wait_for_a_slot() -> Result<()> {
     let gateway = GatewayProcess::start(&format!(
         r#"
 admin: {{address: 127.0.0.1:0}}
-listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, when_full: queue, client_hello_timeout: 10s}}]
+listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, client_hello_timeout: 10s}}]
 routes:
   - name: cluster-a
     hostnames: [api.a.example.com]

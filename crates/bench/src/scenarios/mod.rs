@@ -82,7 +82,7 @@ impl Settings {
             workers: 64,
             idle_connections: 5_000,
             storm_clients: if quick { 3_000 } else { 9_000 },
-            storm_apiway_queue: false,
+            storm_apiway_queue: true,
             storm_rounds: if quick { 2 } else { 3 },
             big_routes: 10_000,
             big_reloads: if quick { 2 } else { 5 },

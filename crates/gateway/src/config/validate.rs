@@ -80,7 +80,9 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
             address,
             kind: l.kind,
             max_connections,
-            when_full: l.when_full.unwrap_or_default(),
+            when_full: l
+                .when_full
+                .unwrap_or(apiway_core::listener::WhenFull::Queue),
             client_hello_timeout: l.client_hello_timeout.unwrap_or(Duration::from_secs(10)),
             max_client_hello_bytes,
             proxy_protocol: kind_fields.proxy_protocol,
