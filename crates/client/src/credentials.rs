@@ -100,10 +100,11 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    async fn header(credentials: &TokenFile) -> String {
+    /// The header `credentials` give now, checked to be sensitive.
+    pub(crate) async fn header(credentials: &dyn Credentials) -> String {
         let value = credentials
             .authorization()
             .await

@@ -64,37 +64,64 @@ routes:
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn connections_over_max_connections_are_closed_at_once() -> Result<()> {
-    let pki = Pki::new()?;
-    let standin = pki
-        .standin("cluster-a", &["api.a.example.com"], false)
-        .await?;
-    let gateway = GatewayProcess::start(&format!(
-        r#"
+/// A gateway whose listener (`max_connections: 2`, plus `extra` settings)
+/// is full: two clients that have not sent their hello hold both slots.
+struct Full {
+    pki: std::sync::Arc<Pki>,
+    gateway: GatewayProcess,
+    first: TcpStream,
+    _standin: apiway_standin::StandinServer,
+    _second: TcpStream,
+}
+
+impl Full {
+    async fn start(extra: &str) -> Result<Full> {
+        let pki = std::sync::Arc::new(Pki::new()?);
+        let standin = pki
+            .standin("cluster-a", &["api.a.example.com"], false)
+            .await?;
+        let gateway = GatewayProcess::start(&format!(
+            r#"
 admin: {{address: 127.0.0.1:0}}
-listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, when_full: close, client_hello_timeout: 10s}}]
+listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, {extra}client_hello_timeout: 10s}}]
 routes:
   - name: cluster-a
     hostnames: [api.a.example.com]
     backends: [{{address: {}}}]
 "#,
-        standin.addr()
-    ))
-    .await?;
-    let open = [("listener", "public")];
-
-    // Two clients that have not sent their hello yet hold both slots.
-    let first = TcpStream::connect(gateway.addr()).await?;
-    let _second = TcpStream::connect(gateway.addr()).await?;
-    gateway
-        .wait_metric(
-            "apiway_listener_open_connections",
-            &open,
-            Duration::from_secs(5),
-            |v| v == 2.0,
-        )
+            standin.addr()
+        ))
         .await?;
+        let first = TcpStream::connect(gateway.addr()).await?;
+        let second = TcpStream::connect(gateway.addr()).await?;
+        gateway
+            .wait_metric(
+                "apiway_listener_open_connections",
+                &[("listener", "public")],
+                Duration::from_secs(5),
+                |v| v == 2.0,
+            )
+            .await?;
+        Ok(Full {
+            pki,
+            gateway,
+            first,
+            _standin: standin,
+            _second: second,
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_max_connections_are_closed_at_once() -> Result<()> {
+    let Full {
+        pki,
+        gateway,
+        first,
+        _standin,
+        _second,
+    } = Full::start("when_full: close, ").await?;
+    let open = [("listener", "public")];
 
     let mut third = TcpStream::connect(gateway.addr()).await?;
     let started = Instant::now();
@@ -133,33 +160,14 @@ routes:
 /// slot frees, and is then served; nothing is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_full_queue_makes_new_connections_wait_for_a_slot() -> Result<()> {
-    let pki = std::sync::Arc::new(Pki::new()?);
-    let standin = pki
-        .standin("cluster-a", &["api.a.example.com"], false)
-        .await?;
-    let gateway = GatewayProcess::start(&format!(
-        r#"
-admin: {{address: 127.0.0.1:0}}
-listeners: [{{name: public, address: 127.0.0.1:0, kind: tls, max_connections: 2, client_hello_timeout: 10s}}]
-routes:
-  - name: cluster-a
-    hostnames: [api.a.example.com]
-    backends: [{{address: {}}}]
-"#,
-        standin.addr()
-    ))
-    .await?;
+    let Full {
+        pki,
+        gateway,
+        first,
+        _standin,
+        _second,
+    } = Full::start("").await?;
     let open = [("listener", "public")];
-    let first = TcpStream::connect(gateway.addr()).await?;
-    let _second = TcpStream::connect(gateway.addr()).await?;
-    gateway
-        .wait_metric(
-            "apiway_listener_open_connections",
-            &open,
-            Duration::from_secs(5),
-            |v| v == 2.0,
-        )
-        .await?;
 
     let addr = gateway.addr();
     let waiting = tokio::spawn({
