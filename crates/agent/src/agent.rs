@@ -133,9 +133,7 @@ impl Role for Agent {
         for (configured, destination, socket) in sockets {
             let local = socket.local_addr()?;
             let slots = Slots::new(snapshot.max_connections);
-            // At the limit, new connections wait in the kernel's accept
-            // queue (a node's clients have nowhere else to go).
-            slots.set_when_full(apiway_core::listener::WhenFull::Queue);
+            slots.set_when_full(snapshot.when_full);
             let handles = Arc::new(ListenerHandles::new(&local.to_string(), &metrics));
             match &destination {
                 Some(d) => {
@@ -225,6 +223,7 @@ impl Role for Agent {
         }
         for (_, _, slots) in &self.listeners {
             slots.set_max(next.max_connections);
+            slots.set_when_full(next.when_full);
         }
         if let (Some(client), Some(settings)) = (self.upstream.tunnel(), &next.upstream.tunnel) {
             client.set_settings(settings.clone());

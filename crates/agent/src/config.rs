@@ -210,11 +210,17 @@ pub struct AgentSettings {
     #[arg(long, value_name = "DURATION", value_parser = apiway_core::duration::parse)]
     #[serde(default, with = "apiway_core::duration::option")]
     pub idle_timeout: Option<Duration>,
-    /// Open connections per listener; more are closed at once [default:
-    /// 10000].
+    /// Open connections per listener; what happens to more is
+    /// `--when-full` [default: 10000].
     #[arg(long, value_name = "N")]
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// At `--max-connections`: `queue` new connections in the kernel's
+    /// accept queue until one ends, or `close` them at once [default:
+    /// queue].
+    #[arg(long, value_enum)]
+    #[serde(default)]
+    pub when_full: Option<apiway_core::listener::WhenFull>,
     /// Close relayed connections when a health check takes their endpoint
     /// down, so clients holding long-lived connections (watches) to a hung
     /// API server reconnect to a working one [default: off: established
@@ -297,6 +303,7 @@ impl AgentSettings {
                 .or(self.connect_response_timeout),
             idle_timeout: later.idle_timeout.or(self.idle_timeout),
             max_connections: later.max_connections.or(self.max_connections),
+            when_full: later.when_full.or(self.when_full),
             close_on_down: self.close_on_down || later.close_on_down,
             discover_endpoints: self.discover_endpoints || later.discover_endpoints,
             kubeconfig: later.kubeconfig.or(self.kubeconfig),
@@ -361,6 +368,8 @@ pub struct Snapshot {
     pub upstream: UpstreamSpec,
     /// Open connections per listener.
     pub max_connections: usize,
+    /// What happens at `max_connections`.
+    pub when_full: apiway_core::listener::WhenFull,
     /// EndpointSlice discovery (`--discover-endpoints`).
     pub discovery: Option<DiscoverySpec>,
 }
@@ -585,6 +594,9 @@ pub fn build(file: AgentSettings) -> Result<Snapshot, String> {
             tunnel,
         },
         max_connections,
+        when_full: file
+            .when_full
+            .unwrap_or(apiway_core::listener::WhenFull::Queue),
         discovery,
     })
 }
@@ -820,6 +832,28 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn when_full_queues_unless_told_to_close() {
+        use apiway_core::listener::WhenFull;
+        let mut f = flags("10.1.2.3:443");
+        f.upstream = Some(UpstreamMode::Direct);
+        f.endpoints = vec!["127.0.0.1:7001".into()];
+        assert_eq!(build(f.clone()).unwrap().when_full, WhenFull::Queue);
+        let file = parse_file("when_full: close\n").unwrap();
+        assert_eq!(
+            build(file.overlay(f.clone())).unwrap().when_full,
+            WhenFull::Close
+        );
+        f.when_full = Some(WhenFull::Queue);
+        let file = parse_file("when_full: close\n").unwrap();
+        assert_eq!(
+            build(file.overlay(f)).unwrap().when_full,
+            WhenFull::Queue,
+            "the flag wins"
+        );
+        assert!(parse_file("when_full: wait\n").is_err());
     }
 
     #[test]

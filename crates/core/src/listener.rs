@@ -68,7 +68,7 @@ pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 /// What a listener does with a new connection when `max_connections` are
 /// open. Gateway listeners and the agent queue unless told otherwise;
 /// [`Slots::new`] starts in `Close` mode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum WhenFull {
     /// Accept it and close it at once, counted (Envoy's behaviour): the
