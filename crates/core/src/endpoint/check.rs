@@ -289,6 +289,9 @@ impl HealthCheckConfig {
                         "health_check: set either ca_file or insecure_skip_verify, not both".into(),
                     );
                 }
+                if let Some(ca) = &self.ca_file {
+                    crate::tls::load_certs(ca).map_err(|e| format!("health_check.ca_file: {e}"))?;
+                }
                 let client_cert = match (&self.client_cert, &self.client_key) {
                     (Some(c), Some(k)) => {
                         crate::tls::load_certs(c)
@@ -391,6 +394,13 @@ mod tests {
         let mut c = cfg(CheckKind::Https);
         c.client_cert = Some("/nonexistent.pem".into());
         assert!(c.validate().unwrap_err().contains("go together"));
+        let mut c = cfg(CheckKind::Https);
+        c.ca_file = Some("/nonexistent-ca.pem".into());
+        let err = c.validate().unwrap_err();
+        assert!(
+            err.contains("health_check.ca_file") && err.contains("/nonexistent-ca.pem"),
+            "{err}"
+        );
         let mut c = cfg(CheckKind::Https);
         c.path = Some("readyz".into());
         assert!(c.validate().unwrap_err().contains("must start with /"));

@@ -191,13 +191,6 @@ pub fn validate(spec: GatewaySpec) -> Result<Snapshot, String> {
                 h.send_proxy = h.send_proxy.for_route(sent);
                 h
             });
-        if let Some(ca) = health_check.as_ref().and_then(|h| match &h.probe {
-            apiway_core::health::Probe::Https { tls, .. } => tls.ca_file.clone(),
-            apiway_core::health::Probe::Tcp => None,
-        }) {
-            apiway_core::tls::load_certs(&ca)
-                .map_err(|e| format!("{}.health_check.ca_file: {e}", at()))?;
-        }
         let ejection = Ejection {
             base: r.ejection_base.unwrap_or(Ejection::default().base),
             max: r.ejection_max.unwrap_or(Ejection::default().max),
