@@ -9,6 +9,8 @@ use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use apiway_core::sync::lock;
+
 use crate::error::Error;
 
 /// The future [`Credentials::authorization`] returns.
@@ -37,7 +39,8 @@ pub const TOKEN_FILE_REREAD: Duration = Duration::from_secs(60);
 /// A bearer token read from a file (`tokenFile` in a kubeconfig, a
 /// projected service-account token), read again once it is
 /// [`TOKEN_FILE_REREAD`] old, so a rotated token is picked up. Surrounding
-/// whitespace (a trailing newline) is dropped. When a later read fails,
+/// whitespace (a trailing newline) is dropped; an empty file is an error,
+/// as for a health check's `bearer_token_file`. When a later read fails,
 /// the last token read is kept, with a warning.
 #[derive(Debug)]
 pub struct TokenFile {
@@ -75,9 +78,8 @@ impl Credentials for TokenFile {
 }
 
 fn read_token(path: &Path) -> Result<http::HeaderValue, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("reading the token file {}: {e}", path.display()))?;
-    bearer(&text).ok_or_else(|| {
+    let token = apiway_core::health::read_token(path).map_err(|e| format!("the token file {e}"))?;
+    bearer(&token).ok_or_else(|| {
         format!(
             "the token file {} holds characters an Authorization header cannot carry",
             path.display()
@@ -91,12 +93,6 @@ pub(crate) fn bearer(token: &str) -> Option<http::HeaderValue> {
     let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim())).ok()?;
     value.set_sensitive(true);
     Some(value)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -120,9 +120,8 @@ fn exec_credentials(config: &kube::Config) -> Result<Option<Arc<dyn Credentials>
     })))
 }
 
-/// `Authorization` values from kube's auth layer, which caches them and
-/// refreshes them when they expire (exec plugins) or once a minute (token
-/// files).
+/// `Authorization` values from kube's auth layer for an exec plugin, which
+/// caches them and runs the plugin again when they are about to expire.
 struct KubeCredentials {
     service: BoxCloneSyncService<
         http::Request<Empty<Bytes>>,
@@ -153,8 +152,8 @@ impl Credentials for KubeCredentials {
     }
 }
 
-/// An error and its sources, each said once, `: `-separated (kube's auth
-/// errors often repeat their source in their own text); a plugin that
+/// An error and its sources, each said once
+/// ([`with_causes`](apiway_core::causes::with_causes)); a plugin that
 /// failed is said as its exit status and what it wrote to stderr.
 fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut next = Some(error);
@@ -169,17 +168,7 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         next = e.source();
     }
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        let said = e.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        source = e.source();
-    }
-    text
+    apiway_core::causes::with_causes(error)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod causes;
 pub mod choice;
 pub mod cidr;
 pub mod config;

@@ -134,17 +134,26 @@ impl Slots {
             })
     }
 
+    /// Whether a new connection may be accepted now: always in `Close`
+    /// mode, while a slot is free in `Queue` mode.
+    fn has_room(&self) -> bool {
+        !self.queue.load(Ordering::Relaxed)
+            || self.open.load(Ordering::Acquire) < self.max.load(Ordering::Relaxed)
+    }
+
     /// In `Queue` mode, returns once a slot is free; at once otherwise.
     async fn room(&self) {
+        // The common case, on every accept: no waiter registered.
+        if self.has_room() {
+            return;
+        }
         loop {
             // Registered before the check, so a slot freed in between
             // still wakes it.
             let freed = self.room.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if !self.queue.load(Ordering::Relaxed)
-                || self.open.load(Ordering::Acquire) < self.max.load(Ordering::Relaxed)
-            {
+            if self.has_room() {
                 return;
             }
             freed.await;

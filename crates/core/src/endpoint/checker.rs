@@ -291,16 +291,7 @@ async fn connect_with(addr: SocketAddr, preface: &[u8]) -> Result<TcpStream, Str
 /// An error with its causes (hyper's own message is often just
 /// "connection error"), and what a TLS alert from the server means.
 fn explain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let more = s.to_string();
-        if !text.contains(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        source = s.source();
-    }
+    let text = crate::causes::with_causes(e);
     let hint = if text.contains("CertificateRequired") {
         " (the server requires a client certificate: set health_check.client_cert and client_key)"
     } else if text.contains("BadCertificate")

@@ -59,11 +59,12 @@ pub struct ListenerConfig {
     pub address: String,
     /// `tls`, `proxy` or `connect`.
     pub kind: ListenerKind,
-    /// Open connections allowed; more are closed at once (default 10000).
+    /// Open connections allowed; what happens to more is `when_full`
+    /// (default 10000).
     #[serde(default)]
     pub max_connections: Option<usize>,
-    /// At `max_connections`: `close` new connections at once (default) or
-    /// `queue` them in the kernel until a slot frees.
+    /// At `max_connections`: `queue` new connections in the kernel until a
+    /// slot frees (default), or `close` them at once.
     #[serde(default)]
     pub when_full: Option<apiway_core::listener::WhenFull>,
     /// Time a client has to send its whole ClientHello (default 10s).
